@@ -1,0 +1,53 @@
+// Element types of tensors, and the scalar conversions every backend shares.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+namespace dq {
+
+// Types a weight or activation tensor can hold. Block types store `block_elems()` values in
+// `block_bytes()` bytes (the GGUF/ggml layouts, bit-exact).
+enum class DType : uint8_t {
+  kF32,
+  kF16,
+  kBF16,
+  kI32,
+  kQ4_0,  // ggml: fp16 d, 16 bytes of nibbles; x = (q - 8) * d, 32 values
+  kQ4_1,  // ggml: fp16 d, fp16 m, 16 bytes of nibbles; x = q * d + m, 32 values
+  kQ8_0,  // ggml: fp16 d, 32 int8; x = q * d, 32 values
+};
+
+std::string_view DTypeName(DType t);
+// Values per block (1 for scalar types).
+int64_t DTypeBlockElems(DType t);
+// Bytes per block (the element size for scalar types).
+int64_t DTypeBlockBytes(DType t);
+// Bytes for `n` elements; `n` must be a multiple of the block size.
+inline int64_t DTypeRowBytes(DType t, int64_t n) {
+  return n / DTypeBlockElems(t) * DTypeBlockBytes(t);
+}
+
+// IEEE half -> float, exact.
+float F16ToF32(uint16_t h);
+// float -> IEEE half, round to nearest even, overflow to inf.
+uint16_t F32ToF16(float f);
+
+// bfloat16 -> float, exact.
+inline float BF16ToF32(uint16_t b) {
+  uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+// float -> bfloat16, round to nearest even; NaN stays NaN.
+inline uint16_t F32ToBF16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+}  // namespace dq
