@@ -2,15 +2,22 @@
 
 namespace dq {
 
-std::string_view DTypeName(DType t) {
+const char* DTypeName(DType t) {
   switch (t) {
-    case DType::kF32: return "f32";
-    case DType::kF16: return "f16";
-    case DType::kBF16: return "bf16";
-    case DType::kI32: return "i32";
-    case DType::kQ4_0: return "q4_0";
-    case DType::kQ4_1: return "q4_1";
-    case DType::kQ8_0: return "q8_0";
+    case DType::kF32:
+      return "f32";
+    case DType::kF16:
+      return "f16";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kI32:
+      return "i32";
+    case DType::kQ4_0:
+      return "q4_0";
+    case DType::kQ4_1:
+      return "q4_1";
+    case DType::kQ8_0:
+      return "q8_0";
   }
   return "?";
 }
@@ -19,20 +26,29 @@ int64_t DTypeBlockElems(DType t) {
   switch (t) {
     case DType::kQ4_0:
     case DType::kQ4_1:
-    case DType::kQ8_0: return 32;
-    default: return 1;
+    case DType::kQ8_0:
+      return 32;
+    default:
+      return 1;
   }
 }
 
 int64_t DTypeBlockBytes(DType t) {
   switch (t) {
-    case DType::kF32: return 4;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-    case DType::kI32: return 4;
-    case DType::kQ4_0: return 18;
-    case DType::kQ4_1: return 20;
-    case DType::kQ8_0: return 34;
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+      return 2;
+    case DType::kBF16:
+      return 2;
+    case DType::kI32:
+      return 4;
+    case DType::kQ4_0:
+      return 18;
+    case DType::kQ4_1:
+      return 20;
+    case DType::kQ8_0:
+      return 34;
   }
   return 0;
 }

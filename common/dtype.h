@@ -19,7 +19,7 @@ enum class DType : uint8_t {
   kQ8_0,  // ggml: fp16 d, 32 int8; x = q * d, 32 values
 };
 
-std::string_view DTypeName(DType t);
+const char* DTypeName(DType t);
 // Values per block (1 for scalar types).
 int64_t DTypeBlockElems(DType t);
 // Bytes per block (the element size for scalar types).

@@ -10,10 +10,10 @@
 #define DQ_CONCAT(a, b) DQ_CONCAT_INNER(a, b)
 
 // Returns from the enclosing function if `expr` (an absl::Status) is not OK.
-#define DQ_RETURN_IF_ERROR(expr)                 \
-  do {                                           \
-    ::absl::Status dq_status_ = (expr);          \
-    if (!dq_status_.ok()) return dq_status_;     \
+#define DQ_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::absl::Status dq_status_ = (expr);      \
+    if (!dq_status_.ok()) return dq_status_; \
   } while (0)
 
 // `lhs = value of expr` (an absl::StatusOr<T>), or return its error.

@@ -1,0 +1,38 @@
+// Streams decoded text one token id at a time without ever emitting a broken UTF-8 sequence:
+// bytes that may still become a character are held back until a later token completes them.
+// The concatenation of every Next() and the final Flush() equals Tokenizer::Decode(all ids).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/tokenizer/tokenizer.h"
+
+namespace dq {
+
+class IncrementalDetokenizer {
+ public:
+  // Keeps a (cheap, shared) copy of `tokenizer`.
+  explicit IncrementalDetokenizer(Tokenizer tokenizer, bool skip_special = false);
+
+  // Feeds one id; returns the text it completed (possibly empty). Ids out of range are skipped,
+  // special ids too when skip_special. Ill-formed bytes that can no longer become a character
+  // come out as U+FFFD.
+  std::string Next(int32_t id);
+
+  // Ends the stream: returns the held-back bytes, an incomplete sequence as U+FFFD, and resets.
+  std::string Flush();
+
+  // Drops held-back bytes and starts a new stream.
+  void Reset() { pending_.clear(); }
+
+  // Bytes held back waiting for the rest of a character (0-3).
+  size_t pending_bytes() const { return pending_.size(); }
+
+ private:
+  Tokenizer tokenizer_;
+  bool skip_special_;
+  std::string pending_;
+};
+
+}  // namespace dq

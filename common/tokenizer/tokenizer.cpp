@@ -1,0 +1,273 @@
+#include "common/tokenizer/tokenizer.h"
+
+#include <map>
+
+#include "common/tokenizer/added_tokens.h"
+#include "common/tokenizer/bpe.h"
+#include "common/tokenizer/pre_tokenizer.h"
+#include "common/tokenizer/unicode_nfc.h"
+#include "common/tokenizer/utf8.h"
+
+namespace dq {
+
+using tok_internal::AddedTokenEntry;
+using tok_internal::AddedTokenMatcher;
+using tok_internal::BpeModel;
+using tok_internal::RegexChain;
+using tok_internal::Segment;
+using tok_internal::TokenIdMap;
+
+namespace {
+
+constexpr uint8_t kAdded = 1;
+constexpr uint8_t kSpecial = 2;
+
+std::vector<std::string> RegexesFor(const TokenizerSpec& spec) {
+  switch (spec.pre_tokenizer) {
+    case PreTokenizer::kGpt2:
+      return {std::string(tok_internal::kGpt2Regex)};
+    case PreTokenizer::kSmolLM:
+      return {std::string(tok_internal::kDigitRegex), std::string(tok_internal::kGpt2Regex)};
+    case PreTokenizer::kQwen2:
+      return {std::string(tok_internal::kQwen2Regex)};
+    case PreTokenizer::kLlama3:
+      return {std::string(tok_internal::kLlama3Regex)};
+    case PreTokenizer::kCustom:
+      break;
+  }
+  return spec.pre_tokenizer_regexes;
+}
+
+absl::Status CheckId(std::optional<int32_t> id, size_t n, std::string_view what) {
+  if (id.has_value() && (*id < 0 || static_cast<size_t>(*id) >= n)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s id %d is outside the vocabulary (size %d); fix the tokenizer metadata", what, *id, n));
+  }
+  return absl::OkStatus();
+}
+
+// The added tokens of `spec`: from token_types, then the explicit list (which wins).
+absl::StatusOr<std::map<int32_t, AddedToken>> CollectAddedTokens(const TokenizerSpec& spec) {
+  const size_t n = spec.tokens.size();
+  if (!spec.token_types.empty() && spec.token_types.size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("tokenizer has %d token types for %d tokens; they must be the same length",
+                        spec.token_types.size(), n));
+  }
+  std::map<int32_t, AddedToken> added;
+  for (size_t id = 0; id < spec.token_types.size(); ++id) {
+    const auto type = static_cast<GgufTokenType>(spec.token_types[id]);
+    if (type != GgufTokenType::kControl && type != GgufTokenType::kUnknown &&
+        type != GgufTokenType::kUserDefined) {
+      continue;
+    }
+    if (spec.tokens[id].empty()) continue;
+    const auto i = static_cast<int32_t>(id);
+    added[i] = {i, spec.tokens[id], type != GgufTokenType::kUserDefined, false, false};
+  }
+  for (const AddedToken& token : spec.added_tokens) {
+    DQ_RETURN_IF_ERROR(CheckId(token.id, n, absl::StrCat("added token \"", token.content, "\"")));
+    if (token.content.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("added token %d has empty content; remove it", token.id));
+    }
+    added[token.id] = token;
+  }
+  return added;
+}
+
+}  // namespace
+
+struct Tokenizer::Impl {
+  std::vector<std::string> tokens;
+  std::vector<std::string> decoded;  // Bytes each id decodes to.
+  std::vector<uint8_t> flags;        // kAdded | kSpecial.
+  TokenIdMap token_to_id;
+  BpeModel bpe;
+  RegexChain pre;
+  AddedTokenMatcher all_added;          // parse_special = true.
+  AddedTokenMatcher non_special_added;  // parse_special = false.
+  PreTokenizer pre_type = PreTokenizer::kGpt2;
+  Normalizer normalizer = Normalizer::kNone;
+  bool ignore_merges = false;
+
+  void EncodePlain(std::string_view text, std::vector<std::string_view>* pieces,
+                   std::vector<int32_t>* ids) const;
+};
+
+void Tokenizer::Impl::EncodePlain(std::string_view text, std::vector<std::string_view>* pieces,
+                                  std::vector<int32_t>* ids) const {
+  std::string normalized;
+  if (normalizer == Normalizer::kNfc && !tok_internal::IsNfcQuick(text)) {
+    normalized = tok_internal::NfcNormalize(text);
+    text = normalized;
+  }
+  pieces->clear();
+  pre.Split(text, pieces);
+  std::string mapped;
+  for (std::string_view piece : *pieces) {
+    if (ignore_merges) {
+      mapped.clear();
+      tok_internal::AppendByteLevel(piece, &mapped);
+      auto it = token_to_id.find(mapped);
+      if (it != token_to_id.end()) {
+        ids->push_back(it->second);
+        continue;
+      }
+    }
+    bpe.Encode(piece, ids);
+  }
+}
+
+absl::StatusOr<Tokenizer> Tokenizer::FromSpec(TokenizerSpec spec) {
+  const size_t n = spec.tokens.size();
+  if (n == 0) return absl::InvalidArgumentError("tokenizer has no tokens; the vocabulary is empty");
+  if (n > static_cast<size_t>(INT32_MAX)) return absl::InvalidArgumentError("vocabulary too big");
+  DQ_RETURN_IF_ERROR(CheckId(spec.bos_id, n, "BOS"));
+  DQ_RETURN_IF_ERROR(CheckId(spec.eos_id, n, "EOS"));
+  DQ_RETURN_IF_ERROR(CheckId(spec.unk_id, n, "unknown-token"));
+  DQ_ASSIGN_OR_RETURN(auto added, CollectAddedTokens(spec));
+
+  auto impl = std::make_shared<Impl>();
+  impl->token_to_id.reserve(n + added.size());
+  for (size_t id = 0; id < n; ++id) {
+    if (!spec.tokens[id].empty()) {
+      impl->token_to_id.emplace(spec.tokens[id], static_cast<int32_t>(id));
+    }
+  }
+  DQ_ASSIGN_OR_RETURN(impl->bpe, BpeModel::Build(impl->token_to_id, spec.merges, spec.unk_id));
+  DQ_ASSIGN_OR_RETURN(impl->pre, RegexChain::Compile(RegexesFor(spec)));
+
+  impl->tokens = std::move(spec.tokens);
+  impl->flags.assign(n, 0);
+  std::vector<AddedTokenEntry> all, non_special;
+  for (const auto& [id, token] : added) {
+    impl->tokens[id] = token.content;
+    impl->token_to_id[token.content] = id;
+    impl->flags[id] = kAdded | (token.special ? kSpecial : 0);
+    AddedTokenEntry entry{id, token.content, token.lstrip, token.rstrip};
+    all.push_back(entry);
+    if (!token.special) non_special.push_back(std::move(entry));
+  }
+  impl->all_added = AddedTokenMatcher(std::move(all));
+  impl->non_special_added = AddedTokenMatcher(std::move(non_special));
+  impl->decoded.reserve(n);
+  for (const std::string& token : impl->tokens) {
+    impl->decoded.push_back(tok_internal::ByteLevelDecodeToken(token));
+  }
+  impl->pre_type = spec.pre_tokenizer;
+  impl->normalizer = spec.normalizer;
+  impl->ignore_merges = spec.ignore_merges;
+  Tokenizer tokenizer(std::move(impl));
+  tokenizer.bos_id_ = spec.bos_id;
+  tokenizer.eos_id_ = spec.eos_id;
+  return tokenizer;
+}
+
+Tokenizer::Tokenizer() {
+  static const auto* empty = new std::shared_ptr<const Impl>(std::make_shared<Impl>());
+  impl_ = *empty;
+}
+
+Tokenizer::~Tokenizer() = default;
+
+std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool parse_special) const {
+  std::vector<int32_t> ids;
+  if (impl_->tokens.empty()) return ids;
+  std::string clean;
+  if (!tok_internal::IsValidUtf8(text)) {
+    tok_internal::AppendUtf8Lossy(text, &clean);
+    text = clean;
+  }
+  ids.reserve(text.size() / 3 + 1);
+  std::vector<Segment> segments;
+  (parse_special ? impl_->all_added : impl_->non_special_added).Split(text, &segments);
+  std::vector<std::string_view> pieces;
+  for (const Segment& segment : segments) {
+    if (segment.id >= 0) {
+      ids.push_back(segment.id);
+    } else {
+      impl_->EncodePlain(segment.text, &pieces, &ids);
+    }
+  }
+  return ids;
+}
+
+std::string Tokenizer::Decode(std::span<const int32_t> ids, bool skip_special) const {
+  std::string bytes;
+  for (int32_t id : ids) {
+    if (id < 0 || id >= vocab_size()) continue;
+    if (skip_special && (impl_->flags[id] & kSpecial) != 0) continue;
+    bytes.append(impl_->decoded[id]);
+  }
+  std::string text;
+  text.reserve(bytes.size());
+  tok_internal::AppendUtf8Lossy(bytes, &text);
+  return text;
+}
+
+std::string_view Tokenizer::TokenBytes(int32_t id) const {
+  if (id < 0 || id >= vocab_size()) return {};
+  return impl_->decoded[id];
+}
+
+int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->tokens.size()); }
+
+std::optional<int32_t> Tokenizer::TokenToId(std::string_view token) const {
+  auto it = impl_->token_to_id.find(token);
+  if (it == impl_->token_to_id.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string_view Tokenizer::IdToToken(int32_t id) const {
+  if (id < 0 || id >= vocab_size()) return {};
+  return impl_->tokens[id];
+}
+
+bool Tokenizer::IsSpecial(int32_t id) const {
+  return id >= 0 && id < vocab_size() && (impl_->flags[id] & kSpecial) != 0;
+}
+
+bool Tokenizer::IsAdded(int32_t id) const {
+  return id >= 0 && id < vocab_size() && (impl_->flags[id] & kAdded) != 0;
+}
+
+absl::Status Tokenizer::SetBosEos(std::optional<int32_t> bos_id, std::optional<int32_t> eos_id) {
+  const auto n = static_cast<size_t>(vocab_size());
+  DQ_RETURN_IF_ERROR(CheckId(bos_id, n, "BOS"));
+  DQ_RETURN_IF_ERROR(CheckId(eos_id, n, "EOS"));
+  bos_id_ = bos_id;
+  eos_id_ = eos_id;
+  return absl::OkStatus();
+}
+
+PreTokenizer Tokenizer::pre_tokenizer() const { return impl_->pre_type; }
+Normalizer Tokenizer::normalizer() const { return impl_->normalizer; }
+
+std::string_view PreTokenizerName(PreTokenizer pre) {
+  switch (pre) {
+    case PreTokenizer::kGpt2:
+      return "gpt2";
+    case PreTokenizer::kSmolLM:
+      return "smollm";
+    case PreTokenizer::kQwen2:
+      return "qwen2";
+    case PreTokenizer::kLlama3:
+      return "llama3";
+    case PreTokenizer::kCustom:
+      return "custom";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<std::pair<std::string, std::string>> SplitMergeLine(std::string_view line) {
+  const size_t space = line.size() > 1 ? line.find(' ', 1) : std::string_view::npos;
+  if (space == std::string_view::npos || space + 1 >= line.size() ||
+      line.find(' ', space + 1) != std::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("BPE merge \"%s\" is not two tokens separated by one space", line));
+  }
+  return std::make_pair(std::string(line.substr(0, space)), std::string(line.substr(space + 1)));
+}
+
+}  // namespace dq

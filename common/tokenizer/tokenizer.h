@@ -1,0 +1,147 @@
+// Byte-level BPE tokenizer (GPT-2 family: SmolLM2, Qwen2/2.5/3, Llama 3, GPT-2), built from an
+// HF tokenizer.json or from GGUF-style vocabulary data, matching HF `tokenizers` exactly.
+//
+// Encoding: added tokens are split out first (leftmost, then longest match), the text between
+// them is normalized (NFC for Qwen2), split by the pre-tokenizer's regex chain, and every piece
+// is BPE-merged over its GPT-2 byte-level symbols. No BOS/EOS is added: callers (the chat
+// template) decide that. Decoding maps byte-level symbols back to bytes and replaces ill-formed
+// UTF-8 with U+FFFD, as HF's ByteLevel decoder does.
+//
+// A Tokenizer is cheap to copy (its tables are shared and immutable) and safe to use from many
+// threads at once.
+//
+// Not modelled: a tokenizer.json post_processor (BOS/EOS templates; ignored), added tokens'
+// `normalized` flag (all are matched on the raw text; identical unless a token's content changes
+// under NFC), single_word added tokens and non-ByteLevel models/decoders (load errors).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace dq {
+
+// The pre-tokenizer's regex chain, by model family.
+enum class PreTokenizer {
+  kGpt2,    // GPT-2 ByteLevel regex (HF ByteLevel use_regex=true). GGUF "gpt-2".
+  kSmolLM,  // Every digit alone, then the GPT-2 regex (HF Sequence[Digits(individual_digits),
+            // ByteLevel]). GGUF "smollm", "starcoder".
+  kQwen2,   // Qwen2 regex (HF Split + ByteLevel(use_regex=false)). GGUF "qwen2".
+  kLlama3,  // Llama 3 regex (digits in groups of <= 3). GGUF "llama-bpe".
+  kCustom,  // TokenizerSpec::pre_tokenizer_regexes (what a tokenizer.json specified).
+};
+std::string_view PreTokenizerName(PreTokenizer pre);
+
+enum class Normalizer {
+  kNone,
+  kNfc,  // Unicode NFC (Qwen2-family tokenizer.json files).
+};
+
+// GGUF tokenizer.ggml.token_type values.
+enum class GgufTokenType : int32_t {
+  kUndefined = 0,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6,
+};
+
+// A token matched verbatim in text before BPE (HF "added token").
+struct AddedToken {
+  int32_t id = -1;
+  std::string content;
+  bool special =
+      true;  // Special tokens: skippable in Decode, and parse_special=false ignores them.
+  bool lstrip = false;  // Also swallows the whitespace before it.
+  bool rstrip = false;  // Also swallows the whitespace after it.
+};
+
+struct TokenizerSpec {
+  // id -> token, byte-level encoded as in GGUF / tokenizer.json ("Ġthe"); "" for an unused id.
+  std::vector<std::string> tokens;
+  // BPE merges, best (rank 0) first.
+  std::vector<std::pair<std::string, std::string>> merges;
+  // GGUF token types per id, or empty (all normal). kControl and kUnknown make a special added
+  // token, kUserDefined a non-special one.
+  std::vector<int32_t> token_types;
+  // More added tokens; these win over token_types for the same id.
+  std::vector<AddedToken> added_tokens;
+  PreTokenizer pre_tokenizer = PreTokenizer::kGpt2;
+  std::vector<std::string> pre_tokenizer_regexes;  // kCustom only: applied in order.
+  Normalizer normalizer = Normalizer::kNone;
+  // Llama 3 style: a piece that is itself a token is emitted whole, without merging.
+  bool ignore_merges = false;
+  std::optional<int32_t> unk_id;  // For bytes missing from the vocabulary (else dropped).
+  std::optional<int32_t> bos_id;
+  std::optional<int32_t> eos_id;
+};
+
+// Splits a GGUF / HF merges line "a b" into its two parts.
+absl::StatusOr<std::pair<std::string, std::string>> SplitMergeLine(std::string_view line);
+
+class Tokenizer {
+ public:
+  // Loads an HF tokenizer.json (model.type "BPE" with a ByteLevel decoder). Unsupported
+  // models, normalizers, pre-tokenizers or decoders are errors that name the field.
+  static absl::StatusOr<Tokenizer> FromHfJson(const std::string& path);
+  // Same, from the file's contents; `source` names it in errors.
+  static absl::StatusOr<Tokenizer> FromHfJsonString(std::string_view json,
+                                                    std::string_view source = "tokenizer.json");
+  static absl::StatusOr<Tokenizer> FromSpec(TokenizerSpec spec);
+
+  // An empty tokenizer (vocab_size() 0; Encode and Decode return nothing) to assign to later.
+  Tokenizer();
+  // Copies share the immutable tables. (No move operations: a moved-from Tokenizer stays
+  // usable because moving copies.)
+  Tokenizer(const Tokenizer&) = default;
+  Tokenizer& operator=(const Tokenizer&) = default;
+  ~Tokenizer();
+
+  // Token ids of `text`. With parse_special=false, special tokens written in the text are
+  // tokenized as ordinary text (use it for untrusted user input); non-special added tokens are
+  // still matched, as HF's encode_special_tokens does. Ill-formed UTF-8 in `text` is first
+  // replaced by U+FFFD.
+  std::vector<int32_t> Encode(std::string_view text, bool parse_special = true) const;
+
+  // Text of `ids`; ids out of range are skipped, special tokens too when skip_special.
+  std::string Decode(std::span<const int32_t> ids, bool skip_special = false) const;
+
+  // The raw bytes `id` contributes to decoded text (possibly part of a UTF-8 sequence); empty
+  // for an id out of range.
+  std::string_view TokenBytes(int32_t id) const;
+
+  int32_t vocab_size() const;
+  std::optional<int32_t> TokenToId(std::string_view token) const;
+  // The token's string as stored ("Ġthe", "<|im_start|>"); empty for an id out of range.
+  std::string_view IdToToken(int32_t id) const;
+  bool IsSpecial(int32_t id) const;
+  // True for every added token, special or not.
+  bool IsAdded(int32_t id) const;
+
+  std::optional<int32_t> bos_id() const { return bos_id_; }
+  std::optional<int32_t> eos_id() const { return eos_id_; }
+  // Replaces the BOS/EOS ids; an id outside the vocabulary is an error.
+  absl::Status SetBosEos(std::optional<int32_t> bos_id, std::optional<int32_t> eos_id);
+
+  PreTokenizer pre_tokenizer() const;
+  Normalizer normalizer() const;
+
+ private:
+  struct Impl;
+  explicit Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+
+  std::shared_ptr<const Impl> impl_;
+  std::optional<int32_t> bos_id_;
+  std::optional<int32_t> eos_id_;
+};
+
+}  // namespace dq

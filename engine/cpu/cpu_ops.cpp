@@ -1,0 +1,143 @@
+#include "engine/cpu/cpu_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "engine/cpu/vec_ops.h"
+#include "engine/quant/ggml_blocks.h"
+
+namespace dq::cpu {
+namespace {
+
+// Up to this many rows, each output is one fused dequantize-dot over the stored row, so a
+// sequence's result does not depend on how many others share its decode batch.
+constexpr int64_t kFusedDotMaxRows = 8;
+// Weight rows dequantized together in the tiled path; 8 rows of 4K floats stay in L2.
+constexpr int64_t kRowTile = 8;
+
+void MatMulFused(const LinearWeight& w, const float* x, int64_t rows, float* y, ThreadPool& pool) {
+  const int64_t out = w.out_features, in = w.in_features;
+  pool.ParallelFor(out, 32, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const uint8_t* row = w.row(r);
+      for (int64_t m = 0; m < rows; ++m) y[m * out + r] = DotRow(w.dtype, row, x + m * in, in);
+    }
+  });
+}
+
+void MatMulTiled(const LinearWeight& w, const float* x, int64_t rows, float* y, ThreadPool& pool) {
+  const int64_t out = w.out_features, in = w.in_features;
+  const int64_t tiles = (out + kRowTile - 1) / kRowTile;
+  pool.ParallelFor(tiles, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> buf(kRowTile * in);
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t r0 = t * kRowTile;
+      const int64_t nr = std::min(kRowTile, out - r0);
+      for (int64_t i = 0; i < nr; ++i) DequantizeRow(w.dtype, w.row(r0 + i), &buf[i * in], in);
+      for (int64_t m = 0; m < rows; ++m) {
+        const float* xm = x + m * in;
+        float* ym = y + m * out + r0;
+        for (int64_t i = 0; i < nr; ++i) ym[i] = DotF32(&buf[i * in], xm, in);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void MatMul(const LinearWeight& w, const float* x, int64_t rows, float* y, ThreadPool& pool) {
+  if (rows <= kFusedDotMaxRows) {
+    MatMulFused(w, x, rows, y, pool);
+  } else {
+    MatMulTiled(w, x, rows, y, pool);
+  }
+}
+
+void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t n, float eps, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    float* o = out + r * n;
+    const float mean_sq = DotF32(xr, xr, n) / static_cast<float>(n);
+    const float inv = 1.0f / std::sqrt(mean_sq + eps);
+    for (int64_t i = 0; i < n; ++i) o[i] = weight[i] * (xr[i] * inv);
+  }
+}
+
+void AddInPlace(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+void SiluMulInPlace(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+std::vector<float> RopeInverseFrequencies(int head_dim, float theta) {
+  std::vector<float> inv(head_dim / 2);
+  for (int i = 0; i < head_dim / 2; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    inv[i] = 1.0f / std::pow(theta, exponent);
+  }
+  return inv;
+}
+
+void ApplyRope(float* x, int num_heads, int head_dim, int pos, const float* inv_freq,
+               RopeStyle style) {
+  const int half = head_dim / 2;
+  for (int i = 0; i < half; ++i) {
+    const float angle = static_cast<float>(pos) * inv_freq[i];
+    const float c = std::cos(angle), s = std::sin(angle);
+    for (int h = 0; h < num_heads; ++h) {
+      float* v = x + h * head_dim;
+      const int a = style == RopeStyle::kNeox ? i : 2 * i;
+      const int b = style == RopeStyle::kNeox ? i + half : 2 * i + 1;
+      const float x1 = v[a], x2 = v[b];
+      v[a] = x1 * c - x2 * s;
+      v[b] = x2 * c + x1 * s;
+    }
+  }
+}
+
+void PagedAttention(const KvBlockPool& pool, int layer, std::span<const AttentionToken> tokens,
+                    const float* q, int num_heads, float* out, ThreadPool& threads) {
+  const int head_dim = pool.options().head_dim;
+  const int kv_heads = pool.options().num_kv_heads;
+  const int group = num_heads / kv_heads;
+  const int bs = pool.block_size();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const int64_t q_stride = int64_t{num_heads} * head_dim;
+  const int64_t work = static_cast<int64_t>(tokens.size()) * num_heads;
+  threads.ParallelFor(work, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores;
+    for (int64_t w = begin; w < end; ++w) {
+      const AttentionToken& t = tokens[w / num_heads];
+      const int h = static_cast<int>(w % num_heads);
+      const int kvh = h / group;
+      const float* qh = q + (w / num_heads) * q_stride + int64_t{h} * head_dim;
+      float* oh = out + (w / num_heads) * q_stride + int64_t{h} * head_dim;
+      const int n = t.position + 1;
+      scores.resize(n);
+      float max_score = -INFINITY;
+      for (int p = 0; p < n; ++p) {
+        const float* k = pool.key(layer, t.seq->blocks[p / bs], p % bs) + kvh * head_dim;
+        scores[p] = DotF32(qh, k, head_dim) * scale;
+        max_score = std::max(max_score, scores[p]);
+      }
+      float denom = 0.0f;
+      for (int p = 0; p < n; ++p) {
+        scores[p] = std::exp(scores[p] - max_score);
+        denom += scores[p];
+      }
+      std::fill(oh, oh + head_dim, 0.0f);
+      for (int p = 0; p < n; ++p) {
+        const float* v = pool.value(layer, t.seq->blocks[p / bs], p % bs) + kvh * head_dim;
+        Axpy(scores[p] / denom, v, oh, head_dim);
+      }
+    }
+  });
+}
+
+}  // namespace dq::cpu

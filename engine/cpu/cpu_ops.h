@@ -1,0 +1,47 @@
+// CPU reference kernels: fp32 activations and accumulation, multithreaded where it matters.
+// These define the engine's numerics; every other backend is tested against them.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "common/thread_pool.h"
+#include "engine/kvcache/kv_block_pool.h"
+#include "engine/model/linear_weight.h"
+#include "engine/model/model_config.h"
+
+namespace dq::cpu {
+
+// y[m, :] = W x[m, :] for m in [0, rows): x is [rows, in], y is [rows, out], row-major.
+void MatMul(const LinearWeight& w, const float* x, int64_t rows, float* y, ThreadPool& pool);
+
+// out = x / sqrt(mean(x^2) + eps) * weight, per row of `n` values. `out` may alias `x`.
+void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t n, float eps, float* out);
+
+// x[i] += y[i].
+void AddInPlace(float* x, const float* y, int64_t n);
+
+// gate[i] = silu(gate[i]) * up[i] over `n` values.
+void SiluMulInPlace(float* gate, const float* up, int64_t n);
+
+// Rotary position embedding over `num_heads` heads of `head_dim` at position `pos`, in place.
+// inv_freq has head_dim / 2 entries.
+void ApplyRope(float* x, int num_heads, int head_dim, int pos, const float* inv_freq,
+               RopeStyle style);
+
+// HF's inverse frequencies: 1 / theta^(2i / head_dim), computed in fp32 as HF does.
+std::vector<float> RopeInverseFrequencies(int head_dim, float theta);
+
+// Plan for attention over one layer: tokens of several sequences, each attending causally to
+// its own cached K/V (this step's K/V already written to the pool).
+struct AttentionToken {
+  const KvSequence* seq;  // block table of the token's sequence
+  int position;           // the token's position; it attends to positions [0, position]
+};
+
+// q: [tokens, num_heads * head_dim]; out: same shape. GQA: head h reads KV head
+// h / (num_heads / num_kv_heads).
+void PagedAttention(const KvBlockPool& pool, int layer, std::span<const AttentionToken> tokens,
+                    const float* q, int num_heads, float* out, ThreadPool& pool_threads);
+
+}  // namespace dq::cpu

@@ -1,0 +1,166 @@
+#include "engine/generate/generator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+
+#include "common/tokenizer/incremental_detokenizer.h"
+#include "engine/sampler/sampler.h"
+#include "engine/sampler/stop_checker.h"
+
+namespace dq {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+struct Generator::Sequence {
+  size_t index = 0;
+  const GenerationRequest* request = nullptr;
+  KvSequence kv;
+  Sampler sampler;
+  IncrementalDetokenizer detok;
+  StopChecker stop;
+  GenerationResult result;
+  int32_t next_token = -1;  // sampled, not yet fed to the model
+  bool done = false;
+  double decode_start = 0;
+
+  Sequence(size_t i, const GenerationRequest& r, const Tokenizer& tok)
+      : index(i), request(&r), sampler(r.params), detok(tok), stop(r.params.stop) {}
+};
+
+absl::Status Generator::CheckRequests(std::span<const GenerationRequest> requests) const {
+  const ModelConfig& c = runner_.config();
+  int blocks = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const GenerationRequest& r = requests[i];
+    auto fail = [&](absl::Status s) {
+      return absl::Status(s.code(), absl::StrCat("request ", i, ": ", s.message()));
+    };
+    if (r.prompt.empty()) return fail(absl::InvalidArgumentError("the prompt is empty"));
+    if (static_cast<int64_t>(r.prompt.size()) >= c.max_context) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("the prompt has ", r.prompt.size(), " tokens; the model's context is ",
+                       c.max_context, " tokens; shorten the prompt")));
+    }
+    for (int32_t t : r.prompt) {
+      if (t < 0 || t >= c.vocab_size) {
+        return fail(absl::InvalidArgumentError(
+            absl::StrCat("token id ", t, " is not in [0, ", c.vocab_size, ")")));
+      }
+    }
+    absl::Status v = Validate(r.params, c.vocab_size);
+    if (!v.ok()) return fail(v);
+    const int64_t total = std::min<int64_t>(r.prompt.size() + r.params.max_tokens, c.max_context);
+    blocks += runner_.kv_pool().BlocksFor(static_cast<int>(total));
+  }
+  if (!runner_.kv_pool().can_allocate(blocks)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the requests need ", blocks, " KV blocks but ", runner_.kv_pool().num_free_blocks(),
+        " are free; send fewer or shorter requests, or raise the KV capacity"));
+  }
+  return absl::OkStatus();
+}
+
+void Generator::Emit(Sequence& s, int32_t token, const TextCallback& on_text) {
+  const SamplingParams& p = s.request->params;
+  const bool is_eos = std::find(eos_.begin(), eos_.end(), token) != eos_.end();
+  const bool is_stop_id =
+      std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end();
+  std::string piece;
+  if ((is_eos && !p.ignore_eos) || is_stop_id) {
+    s.done = true;
+    s.result.finish_reason = FinishReason::kStop;
+    piece = s.stop.Feed(s.detok.Flush()).text + s.stop.Flush();
+  } else {
+    s.sampler.Accept(token);
+    s.result.tokens.push_back(token);
+    StopChecker::Result r = s.stop.Feed(s.detok.Next(token));
+    piece = std::move(r.text);
+    if (r.stopped) {
+      s.done = true;
+      s.result.finish_reason = FinishReason::kStop;
+    } else if (static_cast<int>(s.result.tokens.size()) >= p.max_tokens ||
+               s.kv.num_tokens + 1 >= runner_.config().max_context) {
+      s.done = true;
+      s.result.finish_reason = FinishReason::kLength;
+      r = s.stop.Feed(s.detok.Flush());
+      piece += r.text + (r.stopped ? "" : s.stop.Flush());
+      if (r.stopped) s.result.finish_reason = FinishReason::kStop;
+    }
+  }
+  s.result.text += piece;
+  if (on_text && !piece.empty()) on_text(s.index, piece);
+  s.next_token = token;
+}
+
+absl::Status Generator::Prefill(Sequence& s) {
+  const double t0 = Now();
+  const auto& prompt = s.request->prompt;
+  KvBlockPool& pool = runner_.kv_pool();
+  pool.extend(s.kv, static_cast<int>(prompt.size()));
+  Batch batch{Phase::kPrefill, {{&s.kv, prompt, false}}};
+  BatchLogits logits;
+  DQ_RETURN_IF_ERROR(runner_.Forward(batch, &logits));
+  std::vector<float> row(logits.last(0, batch), logits.last(0, batch) + logits.vocab);
+  s.next_token = s.sampler.Sample(row);
+  s.result.prompt_tokens = static_cast<int>(prompt.size());
+  s.result.prefill_seconds = Now() - t0;
+  s.decode_start = Now();
+  return absl::OkStatus();
+}
+
+absl::Status Generator::DecodeStep(std::vector<Sequence*>& active) {
+  Batch batch{Phase::kDecode, {}};
+  for (Sequence* s : active) {
+    runner_.kv_pool().extend(s->kv, s->kv.num_tokens + 1);
+    batch.items.push_back({&s->kv, std::span<const int32_t>(&s->next_token, 1), false});
+  }
+  BatchLogits logits;
+  DQ_RETURN_IF_ERROR(runner_.Forward(batch, &logits));
+  for (size_t i = 0; i < active.size(); ++i) {
+    std::vector<float> row(logits.last(i, batch), logits.last(i, batch) + logits.vocab);
+    active[i]->next_token = active[i]->sampler.Sample(row);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<GenerationResult>> Generator::Generate(
+    std::span<const GenerationRequest> requests, const TextCallback& on_text) {
+  DQ_RETURN_IF_ERROR(CheckRequests(requests));
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    seqs.push_back(std::make_unique<Sequence>(i, requests[i], tokenizer_));
+  }
+  absl::Status status = absl::OkStatus();
+  for (auto& s : seqs) {
+    if (status.ok()) status = Prefill(*s);
+    if (status.ok()) Emit(*s, s->next_token, on_text);
+  }
+  std::vector<Sequence*> active;
+  for (auto& s : seqs) {
+    if (!s->done) active.push_back(s.get());
+  }
+  while (status.ok() && !active.empty()) {
+    status = DecodeStep(active);
+    if (!status.ok()) break;
+    for (Sequence* s : active) {
+      Emit(*s, s->next_token, on_text);
+      if (s->done) s->result.decode_seconds = Now() - s->decode_start;
+    }
+    std::erase_if(active, [](Sequence* s) { return s->done; });
+  }
+  std::vector<GenerationResult> results;
+  for (auto& s : seqs) {
+    runner_.kv_pool().release(s->kv);
+    results.push_back(std::move(s->result));
+  }
+  if (!status.ok()) return status;
+  return results;
+}
+
+}  // namespace dq

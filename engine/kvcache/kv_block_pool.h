@@ -1,0 +1,79 @@
+// Paged KV cache storage: fixed-size blocks of tokens, one region per layer for K and for V.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <span>
+#include <vector>
+
+namespace dq {
+
+struct KvCacheOptions {
+  int num_layers = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int block_size = 16;  // tokens per block
+  int num_blocks = 0;
+};
+
+// A sequence's block table: the blocks holding its tokens in order, and how many tokens are
+// cached. Token t lives in blocks[t / block_size] at slot t % block_size.
+struct KvSequence {
+  std::vector<int32_t> blocks;
+  int num_tokens = 0;
+};
+
+// Owns the KV memory (fp32 on the CPU backend). Block layout, per layer and for K and V
+// separately: [block_size tokens][num_kv_heads][head_dim], so a run of consecutive block ids is
+// one contiguous region per layer (what KV transfer ships).
+class KvBlockPool {
+ public:
+  explicit KvBlockPool(const KvCacheOptions& options);
+
+  const KvCacheOptions& options() const { return options_; }
+  int block_size() const { return options_.block_size; }
+  int num_free_blocks() const { return static_cast<int>(free_.size()); }
+  // Blocks needed to hold `tokens` tokens.
+  int BlocksFor(int tokens) const { return (tokens + block_size() - 1) / block_size(); }
+
+  // Pure check: are `n` blocks free?
+  bool can_allocate(int n) const { return n <= num_free_blocks(); }
+  // Takes `n` free blocks, lowest ids first so that a request gets few contiguous runs.
+  // Precondition: can_allocate(n).
+  std::vector<int32_t> allocate(int n);
+  // Returns blocks to the pool. Precondition: each was allocated and not yet freed.
+  void free(std::span<const int32_t> blocks);
+
+  // Pure check: can `seq` grow to `new_tokens` tokens with the free blocks?
+  bool can_extend(const KvSequence& seq, int new_tokens) const;
+  // Adds the blocks `seq` needs to hold `new_tokens` tokens (does not change num_tokens).
+  // Precondition: can_extend(seq, new_tokens).
+  void extend(KvSequence& seq, int new_tokens);
+  // Frees all of `seq`'s blocks and empties it.
+  void release(KvSequence& seq);
+
+  // Start of a token's K or V vector for `head` (num_kv_heads * head_dim floats per token).
+  float* key(int layer, int32_t block, int slot) { return At(keys_, layer, block, slot); }
+  float* value(int layer, int32_t block, int slot) { return At(values_, layer, block, slot); }
+  const float* key(int layer, int32_t block, int slot) const {
+    return At(keys_, layer, block, slot);
+  }
+  const float* value(int layer, int32_t block, int slot) const {
+    return At(values_, layer, block, slot);
+  }
+
+ private:
+  int64_t TokenStride() const { return int64_t{options_.num_kv_heads} * options_.head_dim; }
+  int64_t LayerStride() const {
+    return int64_t{options_.num_blocks} * options_.block_size * TokenStride();
+  }
+  float* At(std::vector<float>& v, int layer, int32_t block, int slot) const;
+  const float* At(const std::vector<float>& v, int layer, int32_t block, int slot) const;
+
+  KvCacheOptions options_;
+  std::vector<float> keys_;
+  std::vector<float> values_;
+  std::set<int32_t> free_;
+};
+
+}  // namespace dq

@@ -1,0 +1,147 @@
+#include "engine/model/decoder_model.h"
+
+#include <algorithm>
+
+#include "engine/cpu/cpu_ops.h"
+#include "engine/quant/ggml_blocks.h"
+
+namespace dq {
+
+struct DecoderModel::Scratch {
+  int64_t m = 0;  // tokens in the batch
+  std::vector<float> x, h, q, k, v, attn, gate, up;
+  std::vector<cpu::AttentionToken> tokens;
+};
+
+DecoderModel::DecoderModel(ModelConfig config, DecoderWeights weights)
+    : config_(std::move(config)), weights_(std::move(weights)) {
+  inv_freq_ = cpu::RopeInverseFrequencies(config_.head_dim, config_.rope_theta);
+}
+
+absl::Status DecoderModel::Check(const Batch& batch, const KvBlockPool& pool) const {
+  for (const BatchItem& it : batch.items) {
+    if (it.kv == nullptr || it.tokens.empty()) {
+      return absl::InvalidArgumentError("batch item needs a sequence and at least one token");
+    }
+    const int64_t end = it.kv->num_tokens + static_cast<int64_t>(it.tokens.size());
+    if (end > config_.max_context) {
+      return absl::OutOfRangeError(absl::StrCat(
+          "sequence would reach ", end, " tokens; the model's context is ", config_.max_context));
+    }
+    if (static_cast<int64_t>(it.kv->blocks.size()) * pool.block_size() < end) {
+      return absl::FailedPreconditionError("sequence has too few KV blocks for its new tokens");
+    }
+    for (int32_t t : it.tokens) {
+      if (t < 0 || t >= config_.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "token id ", t, " is outside the vocabulary [0, ", config_.vocab_size, ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void DecoderModel::Embed(const Batch& batch, float* x) const {
+  const int64_t hidden = config_.hidden_size;
+  for (const BatchItem& it : batch.items) {
+    for (int32_t t : it.tokens) {
+      DequantizeRow(weights_.embedding.dtype, weights_.embedding.row(t), x, hidden);
+      x += hidden;
+    }
+  }
+}
+
+void DecoderModel::AttentionBlock(int layer, const Batch& batch, Scratch& s, KvBlockPool& pool,
+                                  ThreadPool& threads) const {
+  const DecoderLayerWeights& w = weights_.layers[layer];
+  const ModelConfig& c = config_;
+  cpu::RmsNorm(s.x.data(), w.attn_norm.data(), s.m, c.hidden_size, c.rms_norm_eps, s.h.data());
+  cpu::MatMul(w.q, s.h.data(), s.m, s.q.data(), threads);
+  cpu::MatMul(w.k, s.h.data(), s.m, s.k.data(), threads);
+  cpu::MatMul(w.v, s.h.data(), s.m, s.v.data(), threads);
+  if (c.qk_norm) {
+    cpu::RmsNorm(s.q.data(), w.q_norm.data(), s.m * c.num_heads, c.head_dim, c.rms_norm_eps,
+                 s.q.data());
+    cpu::RmsNorm(s.k.data(), w.k_norm.data(), s.m * c.num_kv_heads, c.head_dim, c.rms_norm_eps,
+                 s.k.data());
+  }
+  for (int64_t t = 0; t < s.m; ++t) {
+    const cpu::AttentionToken& at = s.tokens[t];
+    float* qt = s.q.data() + t * c.q_dim();
+    float* kt = s.k.data() + t * c.kv_dim();
+    cpu::ApplyRope(qt, c.num_heads, c.head_dim, at.position, inv_freq_.data(), c.rope_style);
+    cpu::ApplyRope(kt, c.num_kv_heads, c.head_dim, at.position, inv_freq_.data(), c.rope_style);
+    const int32_t block = at.seq->blocks[at.position / pool.block_size()];
+    const int slot = at.position % pool.block_size();
+    std::copy_n(kt, c.kv_dim(), pool.key(layer, block, slot));
+    std::copy_n(s.v.data() + t * c.kv_dim(), c.kv_dim(), pool.value(layer, block, slot));
+  }
+  cpu::PagedAttention(pool, layer, s.tokens, s.q.data(), c.num_heads, s.attn.data(), threads);
+  cpu::MatMul(w.o, s.attn.data(), s.m, s.h.data(), threads);
+  cpu::AddInPlace(s.x.data(), s.h.data(), s.m * c.hidden_size);
+}
+
+void DecoderModel::MlpBlock(int layer, Scratch& s, ThreadPool& threads) const {
+  const DecoderLayerWeights& w = weights_.layers[layer];
+  const ModelConfig& c = config_;
+  cpu::RmsNorm(s.x.data(), w.ffn_norm.data(), s.m, c.hidden_size, c.rms_norm_eps, s.h.data());
+  cpu::MatMul(w.gate, s.h.data(), s.m, s.gate.data(), threads);
+  cpu::MatMul(w.up, s.h.data(), s.m, s.up.data(), threads);
+  cpu::SiluMulInPlace(s.gate.data(), s.up.data(), s.m * c.intermediate_size);
+  cpu::MatMul(w.down, s.gate.data(), s.m, s.h.data(), threads);
+  cpu::AddInPlace(s.x.data(), s.h.data(), s.m * c.hidden_size);
+}
+
+void DecoderModel::Logits(const Batch& batch, Scratch& s, ThreadPool& threads,
+                          BatchLogits* out) const {
+  const int64_t hidden = config_.hidden_size;
+  // Gather the rows whose logits are wanted, then normalize and project only those.
+  std::vector<float> rows;
+  out->item_first_row.clear();
+  int64_t token = 0, n_rows = 0;
+  for (const BatchItem& it : batch.items) {
+    const int64_t n = static_cast<int64_t>(it.tokens.size());
+    const int64_t first = it.all_logits ? token : token + n - 1;
+    out->item_first_row.push_back(n_rows);
+    for (int64_t t = first; t < token + n; ++t, ++n_rows) {
+      rows.insert(rows.end(), s.x.begin() + t * hidden, s.x.begin() + (t + 1) * hidden);
+    }
+    token += n;
+  }
+  cpu::RmsNorm(rows.data(), weights_.final_norm.data(), n_rows, hidden, config_.rms_norm_eps,
+               rows.data());
+  out->vocab = config_.vocab_size;
+  out->values.resize(n_rows * config_.vocab_size);
+  cpu::MatMul(weights_.lm_head, rows.data(), n_rows, out->values.data(), threads);
+}
+
+absl::Status DecoderModel::Forward(const Batch& batch, KvBlockPool& pool, ThreadPool& threads,
+                                   BatchLogits* logits) const {
+  DQ_RETURN_IF_ERROR(Check(batch, pool));
+  const ModelConfig& c = config_;
+  Scratch s;
+  s.m = batch.num_tokens();
+  s.x.resize(s.m * c.hidden_size);
+  s.h.resize(s.m * c.hidden_size);
+  s.q.resize(s.m * c.q_dim());
+  s.attn.resize(s.m * c.q_dim());
+  s.k.resize(s.m * c.kv_dim());
+  s.v.resize(s.m * c.kv_dim());
+  s.gate.resize(s.m * c.intermediate_size);
+  s.up.resize(s.m * c.intermediate_size);
+  for (const BatchItem& it : batch.items) {
+    for (size_t i = 0; i < it.tokens.size(); ++i) {
+      s.tokens.push_back({it.kv, it.kv->num_tokens + static_cast<int>(i)});
+    }
+  }
+  Embed(batch, s.x.data());
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    AttentionBlock(layer, batch, s, pool, threads);
+    MlpBlock(layer, s, threads);
+  }
+  for (const BatchItem& it : batch.items) it.kv->num_tokens += static_cast<int>(it.tokens.size());
+  Logits(batch, s, threads, logits);
+  return absl::OkStatus();
+}
+
+}  // namespace dq

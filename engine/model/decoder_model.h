@@ -1,0 +1,39 @@
+// The forward pass of a Llama-family decoder on the CPU backend.
+#pragma once
+
+#include "common/status.h"
+#include "common/thread_pool.h"
+#include "engine/kvcache/kv_block_pool.h"
+#include "engine/model/batch.h"
+#include "engine/model/decoder_weights.h"
+#include "engine/model/model_config.h"
+
+namespace dq {
+
+class DecoderModel {
+ public:
+  DecoderModel(ModelConfig config, DecoderWeights weights);
+
+  const ModelConfig& config() const { return config_; }
+
+  // Runs `batch`: writes each item's new K/V into `pool` and advances kv->num_tokens.
+  // Preconditions (checked, error on violation): every item has blocks for its new tokens,
+  // token ids are in the vocabulary, positions stay below max_context.
+  absl::Status Forward(const Batch& batch, KvBlockPool& pool, ThreadPool& threads,
+                       BatchLogits* logits) const;
+
+ private:
+  struct Scratch;
+  absl::Status Check(const Batch& batch, const KvBlockPool& pool) const;
+  void Embed(const Batch& batch, float* x) const;
+  void AttentionBlock(int layer, const Batch& batch, Scratch& s, KvBlockPool& pool,
+                      ThreadPool& threads) const;
+  void MlpBlock(int layer, Scratch& s, ThreadPool& threads) const;
+  void Logits(const Batch& batch, Scratch& s, ThreadPool& threads, BatchLogits* out) const;
+
+  ModelConfig config_;
+  DecoderWeights weights_;
+  std::vector<float> inv_freq_;
+};
+
+}  // namespace dq

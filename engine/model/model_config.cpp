@@ -1,0 +1,147 @@
+#include "engine/model/model_config.h"
+
+#include "absl/strings/str_join.h"
+#include "engine/checkpoint/gguf_file.h"
+
+namespace dq {
+namespace {
+
+absl::Status UnknownArchitecture(const std::string& arch) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown model architecture '", arch,
+                   "'; this build supports: ", absl::StrJoin(SupportedArchitectures(), ", ")));
+}
+
+// HF names the class ("LlamaForCausalLM"); we name the graph.
+absl::StatusOr<std::string> ArchFromHf(const nlohmann::json& config) {
+  std::string type = config.value("model_type", "");
+  if (type.empty() && config.contains("architectures") && config["architectures"].is_array() &&
+      !config["architectures"].empty()) {
+    type = config["architectures"][0].get<std::string>();
+  }
+  if (type == "llama" || type == "LlamaForCausalLM") return std::string("llama");
+  if (type == "qwen3" || type == "Qwen3ForCausalLM") return std::string("qwen3");
+  return UnknownArchitecture(type.empty() ? "(none given)" : type);
+}
+
+std::vector<int32_t> IdList(const nlohmann::json& v) {
+  std::vector<int32_t> ids;
+  if (v.is_number_integer()) ids.push_back(v.get<int32_t>());
+  if (v.is_array()) {
+    for (const auto& x : v) {
+      if (x.is_number_integer()) ids.push_back(x.get<int32_t>());
+    }
+  }
+  return ids;
+}
+
+}  // namespace
+
+const std::vector<std::string>& SupportedArchitectures() {
+  static const std::vector<std::string> kArchs = {"llama", "qwen3"};
+  return kArchs;
+}
+
+absl::Status ModelConfig::Validate() const {
+  auto positive = [](int v, const char* name) -> absl::Status {
+    if (v <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model config: ", name, " must be positive, got ", v));
+    }
+    return absl::OkStatus();
+  };
+  DQ_RETURN_IF_ERROR(positive(vocab_size, "vocab_size"));
+  DQ_RETURN_IF_ERROR(positive(hidden_size, "hidden_size"));
+  DQ_RETURN_IF_ERROR(positive(intermediate_size, "intermediate_size"));
+  DQ_RETURN_IF_ERROR(positive(num_layers, "num_hidden_layers"));
+  DQ_RETURN_IF_ERROR(positive(num_heads, "num_attention_heads"));
+  DQ_RETURN_IF_ERROR(positive(num_kv_heads, "num_key_value_heads"));
+  DQ_RETURN_IF_ERROR(positive(head_dim, "head_dim"));
+  DQ_RETURN_IF_ERROR(positive(max_context, "max_position_embeddings"));
+  if (num_heads % num_kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: num_attention_heads (", num_heads,
+                                                   ") must be a multiple of num_key_value_heads (",
+                                                   num_kv_heads, ")"));
+  }
+  if (head_dim % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config: head_dim must be even for RoPE, got ", head_dim));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelConfig> ModelConfigFromHfJson(const nlohmann::json& j) {
+  ModelConfig c;
+  DQ_ASSIGN_OR_RETURN(c.architecture, ArchFromHf(j));
+  try {
+    c.vocab_size = j.at("vocab_size").get<int>();
+    c.hidden_size = j.at("hidden_size").get<int>();
+    c.intermediate_size = j.at("intermediate_size").get<int>();
+    c.num_layers = j.at("num_hidden_layers").get<int>();
+    c.num_heads = j.at("num_attention_heads").get<int>();
+    c.num_kv_heads = j.value("num_key_value_heads", c.num_heads);
+    c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null()
+                     ? j["head_dim"].get<int>()
+                     : c.hidden_size / std::max(1, c.num_heads);
+    c.rms_norm_eps = j.value("rms_norm_eps", 1e-6f);
+    c.rope_theta = j.value("rope_theta", 10000.0f);
+    c.max_context = j.value("max_position_embeddings", 2048);
+    c.tie_word_embeddings = j.value("tie_word_embeddings", false);
+    if (j.contains("bos_token_id"))
+      c.bos_token_id = IdList(j["bos_token_id"]).empty() ? -1 : IdList(j["bos_token_id"])[0];
+    if (j.contains("eos_token_id")) c.eos_token_ids = IdList(j["eos_token_id"]);
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: missing or mistyped field: ", e.what()));
+  }
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+    return absl::UnimplementedError(
+        "config.json: rope_scaling is not supported yet; remove it or use a model without it");
+  }
+  c.qk_norm = c.architecture == "qwen3";
+  c.rope_style = RopeStyle::kNeox;
+  DQ_RETURN_IF_ERROR(c.Validate());
+  return c;
+}
+
+absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& g) {
+  ModelConfig c;
+  DQ_ASSIGN_OR_RETURN(c.architecture, g.GetString("general.architecture"));
+  const std::string& a = c.architecture;
+  if (a != "llama" && a != "qwen3") return UnknownArchitecture(a);
+  auto get_int = [&](const std::string& key) { return g.GetInt(a + "." + key); };
+  DQ_ASSIGN_OR_RETURN(int64_t hidden, get_int("embedding_length"));
+  DQ_ASSIGN_OR_RETURN(int64_t ffn, get_int("feed_forward_length"));
+  DQ_ASSIGN_OR_RETURN(int64_t layers, get_int("block_count"));
+  DQ_ASSIGN_OR_RETURN(int64_t heads, get_int("attention.head_count"));
+  DQ_ASSIGN_OR_RETURN(int64_t ctx, get_int("context_length"));
+  DQ_ASSIGN_OR_RETURN(double eps, g.GetFloat(a + ".attention.layer_norm_rms_epsilon"));
+  c.hidden_size = static_cast<int>(hidden);
+  c.intermediate_size = static_cast<int>(ffn);
+  c.num_layers = static_cast<int>(layers);
+  c.num_heads = static_cast<int>(heads);
+  c.max_context = static_cast<int>(ctx);
+  c.rms_norm_eps = static_cast<float>(eps);
+  auto kv = get_int("attention.head_count_kv");
+  c.num_kv_heads = kv.ok() ? static_cast<int>(*kv) : c.num_heads;
+  auto key_len = get_int("attention.key_length");
+  c.head_dim = key_len.ok() ? static_cast<int>(*key_len) : c.hidden_size / c.num_heads;
+  auto theta = g.GetFloat(a + ".rope.freq_base");
+  c.rope_theta = theta.ok() ? static_cast<float>(*theta) : 10000.0f;
+  auto tokens = g.GetStringArray("tokenizer.ggml.tokens");
+  auto vocab = get_int("vocab_size");
+  c.vocab_size = vocab.ok() ? static_cast<int>(*vocab)
+                            : (tokens.ok() ? static_cast<int>((*tokens)->size()) : 0);
+  c.tie_word_embeddings = g.Find("output.weight") == nullptr;
+  c.qk_norm = a == "qwen3";
+  // llama.cpp permutes Llama's q/k rows for adjacent-pair RoPE; Qwen3 files keep HF's order.
+  c.rope_style = a == "llama" ? RopeStyle::kInterleaved : RopeStyle::kNeox;
+  auto bos = g.GetInt("tokenizer.ggml.bos_token_id");
+  if (bos.ok()) c.bos_token_id = static_cast<int32_t>(*bos);
+  auto eos = g.GetInt("tokenizer.ggml.eos_token_id");
+  if (eos.ok()) c.eos_token_ids.push_back(static_cast<int32_t>(*eos));
+  DQ_RETURN_IF_ERROR(c.Validate());
+  return c;
+}
+
+}  // namespace dq

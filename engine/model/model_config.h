@@ -1,0 +1,51 @@
+// Hyper-parameters of a decoder-only model, read from HF config.json or GGUF metadata.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace dq {
+
+class GgufFile;
+
+// How RoPE pairs the dimensions of a head. HF checkpoints rotate (i, i + d/2) ("neox");
+// llama.cpp's converter permutes Llama's q/k weights so that adjacent pairs (2i, 2i+1) rotate.
+enum class RopeStyle { kNeox, kInterleaved };
+
+struct ModelConfig {
+  std::string architecture;  // "llama" or "qwen3"
+  int vocab_size = 0;
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_layers = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  float rms_norm_eps = 1e-6f;
+  float rope_theta = 10000.0f;
+  int max_context = 0;
+  bool tie_word_embeddings = false;
+  bool qk_norm = false;  // Qwen3: RMSNorm over each head of q and k before RoPE
+  RopeStyle rope_style = RopeStyle::kNeox;
+  int32_t bos_token_id = -1;
+  std::vector<int32_t> eos_token_ids;
+
+  int q_dim() const { return num_heads * head_dim; }
+  int kv_dim() const { return num_kv_heads * head_dim; }
+  // Checks internal consistency (heads divide, positive sizes); the error names the field.
+  absl::Status Validate() const;
+};
+
+// Parses a HF config.json object. Unknown architectures are an error that lists the supported.
+absl::StatusOr<ModelConfig> ModelConfigFromHfJson(const nlohmann::json& config);
+// Reads `<arch>.*` GGUF metadata.
+absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& gguf);
+
+// Architectures this build can run.
+const std::vector<std::string>& SupportedArchitectures();
+
+}  // namespace dq

@@ -1,0 +1,41 @@
+// Tensor names of the Llama-family layout in the two checkpoint conventions we read.
+#pragma once
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace dq {
+
+// `role` is the GGUF short name ("attn_q", "ffn_down", ...); HF's is derived from it.
+class TensorNames {
+ public:
+  explicit TensorNames(bool gguf) : gguf_(gguf) {}
+  std::string Embedding() const {
+    return gguf_ ? "token_embd.weight" : "model.embed_tokens.weight";
+  }
+  std::string FinalNorm() const { return gguf_ ? "output_norm.weight" : "model.norm.weight"; }
+  std::string LmHead() const { return gguf_ ? "output.weight" : "lm_head.weight"; }
+  std::string Layer(int layer, const std::string& role) const;
+
+ private:
+  bool gguf_;
+};
+
+inline std::string TensorNames::Layer(int layer, const std::string& role) const {
+  if (gguf_) return absl::StrCat("blk.", layer, ".", role, ".weight");
+  static const std::pair<const char*, const char*> kHf[] = {
+      {"attn_norm", "input_layernorm"},    {"ffn_norm", "post_attention_layernorm"},
+      {"attn_q", "self_attn.q_proj"},      {"attn_k", "self_attn.k_proj"},
+      {"attn_v", "self_attn.v_proj"},      {"attn_output", "self_attn.o_proj"},
+      {"attn_q_norm", "self_attn.q_norm"}, {"attn_k_norm", "self_attn.k_norm"},
+      {"ffn_gate", "mlp.gate_proj"},       {"ffn_up", "mlp.up_proj"},
+      {"ffn_down", "mlp.down_proj"},
+  };
+  for (const auto& [g, hf] : kHf) {
+    if (role == g) return absl::StrCat("model.layers.", layer, ".", hf, ".weight");
+  }
+  return absl::StrCat("model.layers.", layer, ".", role, ".weight");
+}
+
+}  // namespace dq

@@ -1,0 +1,65 @@
+// Per-request sampling settings (the OpenAI API's knobs plus vLLM's common extras) and why a
+// sequence finished.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace dq {
+
+// Why a sequence stopped generating. kStop: EOS, a stop token id or a stop string matched;
+// kLength: max_tokens (or the context) ran out; kAbort: the client went away or it was cancelled.
+enum class FinishReason { kStop, kLength, kAbort };
+
+// The OpenAI API's spelling: "stop", "length", "abort".
+inline std::string_view FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
+  }
+  return "unknown";
+}
+
+struct SamplingParams {
+  // Softmax temperature; 0 means greedy (argmax, lowest token id on ties).
+  float temperature = 1.0f;
+  // Keep only the k most likely tokens; 0 (or -1, vLLM's spelling) turns it off.
+  int top_k = 0;
+  // Nucleus sampling: keep the smallest set of most likely tokens whose mass reaches top_p.
+  float top_p = 1.0f;
+  // Drop tokens whose probability is below min_p times the most likely token's.
+  float min_p = 0.0f;
+  // OpenAI semantics over the tokens generated so far: presence subtracts once from every token
+  // seen at least once, frequency subtracts count * penalty.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  // HF/vLLM multiplicative penalty on generated tokens: positive logits are divided by it,
+  // negative ones multiplied. 1 turns it off.
+  float repetition_penalty = 1.0f;
+  // Same seed, same logits -> same tokens, whatever else is in the batch. Unset: random.
+  std::optional<uint64_t> seed;
+  // Most tokens to generate (OpenAI's default for completions is 16; the API layer sets it).
+  int max_tokens = 16;
+  // Generation stops when one of these is sampled (the caller checks; see StopChecker for
+  // strings).
+  std::vector<int32_t> stop_token_ids;
+  std::vector<std::string> stop;
+  // Keep generating past the model's EOS token.
+  bool ignore_eos = false;
+};
+
+// OK if every field is in range for a model with `vocab_size` tokens; otherwise
+// InvalidArgument naming the field, the allowed range and the value given, e.g.
+// "temperature must be in [0, 2], got 3". Defined in sampler.cpp.
+absl::Status Validate(const SamplingParams& params, int vocab_size);
+
+}  // namespace dq

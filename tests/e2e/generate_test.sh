@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# dqserve generate on the real default model, and its errors on bad input.
+source "$(dirname "$0")/lib.sh"
+
+if [ -f "$SMOL" ]; then
+  out=$("$BIN/dqserve" generate --model "$SMOL" --prompt "What is the capital of France?" \
+        --max-tokens 32 2>"$TMP/stderr")
+  rc=$?
+  if [ $rc -eq 0 ] && grep -q "Paris" <<<"$out"; then pass "capital of France: $out"
+  else fail "capital of France (rc $rc): $out / $(cat "$TMP/stderr")"; fi
+  grep -qE 'decode [0-9.]+ tok/s' "$TMP/stderr" && pass "tok/s on stderr" || fail "no tok/s line"
+else
+  fail "default model missing at $SMOL (scripts/setup.sh fetches it)"
+fi
+
+# Interactive: two turns from stdin, then EOF.
+printf 'Say hi\nSay bye\n' | "$BIN/dqserve" generate --model "$TINY" -i --max-tokens 4 \
+  >"$TMP/chat" 2>"$TMP/chat_err" && [ "$(grep -o 'prompt tokens in' "$TMP/chat_err" | wc -l)" -eq 2 ] \
+  && pass "interactive two turns" || fail "interactive: $(cat "$TMP/chat_err")"
+
+expect_error "missing model" "does not exist" \
+  "$BIN/dqserve" generate --model "$TMP/nope.gguf" --prompt hi
+head -c 1000 "$SMOL" >"$TMP/truncated.gguf" 2>/dev/null || printf 'GGUF\3\0\0\0' >"$TMP/truncated.gguf"
+expect_error "truncated gguf" "gguf|truncat|past the end|end of file" \
+  "$BIN/dqserve" generate --model "$TMP/truncated.gguf" --prompt hi
+head -c 4096 /dev/urandom >"$TMP/garbage.gguf"
+expect_error "garbage file" "gguf|magic|safetensors|not a" \
+  "$BIN/dqserve" generate --model "$TMP/garbage.gguf" --prompt hi
+cp -r "$TINY" "$TMP/mamba"
+sed -i 's/"qwen3"/"mamba"/; s/Qwen3ForCausalLM/MambaForCausalLM/' "$TMP/mamba/config.json"
+expect_error "unknown architecture" "unknown model architecture 'mamba'.*supports" \
+  "$BIN/dqserve" generate --model "$TMP/mamba" --prompt hi
+cp -r "$TINY" "$TMP/cut"
+truncate -s 100000 "$TMP/cut/model.safetensors"
+expect_error "truncated safetensors" "safetensors|truncat|past|end of file|bytes" \
+  "$BIN/dqserve" generate --model "$TMP/cut" --prompt hi
+long=$(python3 -c 'print(" ".join(["word"] * 5000))')
+expect_error "prompt longer than context" "context" \
+  "$BIN/dqserve" generate --model "$TINY" --prompt "$long"
+expect_error "no prompt" "prompt" "$BIN/dqserve" generate --model "$TINY"
+finish

@@ -1,0 +1,182 @@
+// dq-tool make-tiny: a tiny random Qwen3 checkpoint (config, safetensors, tokenizer) for tests.
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "common/dtype.h"
+#include "engine/checkpoint/safetensors_checkpoint.h"
+#include "tools/dq_tool/commands.h"
+
+namespace dq::tool {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TinyOptions {
+  std::string out;
+  std::string tokenizer = "tests/golden/tokenizer/qwen-style/tokenizer.json";
+  std::string chat_template = "tests/golden/chat/qwen3_template.jinja";
+  uint64_t seed = 1;
+  int hidden = 64;
+  int layers = 2;
+  int heads = 4;
+  int kv_heads = 2;
+  int head_dim = 32;
+  int intermediate = 128;
+  std::string dtype = "bf16";
+};
+
+// Largest token id in a HF tokenizer.json, plus one.
+int VocabSize(const nlohmann::json& tok) {
+  int64_t max_id = -1;
+  for (const auto& [_, id] : tok.at("model").at("vocab").items()) {
+    max_id = std::max<int64_t>(max_id, id.get<int64_t>());
+  }
+  for (const auto& t : tok.value("added_tokens", nlohmann::json::array())) {
+    max_id = std::max<int64_t>(max_id, t.at("id").get<int64_t>());
+  }
+  return static_cast<int>(max_id + 1);
+}
+
+int32_t TokenId(const nlohmann::json& tok, const std::string& content) {
+  for (const auto& t : tok.value("added_tokens", nlohmann::json::array())) {
+    if (t.at("content") == content) return t.at("id").get<int32_t>();
+  }
+  return -1;
+}
+
+// Random tensors owned until written. Scales keep activations O(1) through the layers, so the
+// logits spread out and greedy top-1 is not a near tie.
+class TensorMaker {
+ public:
+  TensorMaker(uint64_t seed, DType dtype) : rng_(seed), dtype_(dtype) {}
+  void Add(const std::string& name, std::vector<int64_t> shape, float mean, float stddev) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::normal_distribution<float> dist(mean, stddev);
+    auto& buf = buffers_.emplace_back(n * (dtype_ == DType::kF32 ? 4 : 2));
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = dist(rng_);
+      if (dtype_ == DType::kF32) {
+        std::memcpy(&buf[i * 4], &v, 4);
+      } else {
+        const uint16_t b = F32ToBF16(v);
+        std::memcpy(&buf[i * 2], &b, 2);
+      }
+    }
+    entries_.push_back({name, dtype_, std::move(shape), buf.data()});
+  }
+  const std::vector<SafetensorsEntry>& entries() const { return entries_; }
+
+ private:
+  std::mt19937_64 rng_;
+  DType dtype_;
+  std::deque<std::vector<uint8_t>> buffers_;
+  std::vector<SafetensorsEntry> entries_;
+};
+
+nlohmann::json MakeConfig(const TinyOptions& o, int vocab, const nlohmann::json& tok) {
+  return {{"architectures", {"Qwen3ForCausalLM"}},
+          {"model_type", "qwen3"},
+          {"vocab_size", vocab},
+          {"hidden_size", o.hidden},
+          {"intermediate_size", o.intermediate},
+          {"num_hidden_layers", o.layers},
+          {"num_attention_heads", o.heads},
+          {"num_key_value_heads", o.kv_heads},
+          {"head_dim", o.head_dim},
+          {"hidden_act", "silu"},
+          {"max_position_embeddings", 4096},
+          {"rms_norm_eps", 1e-6},
+          {"rope_theta", 1000000.0},
+          {"tie_word_embeddings", true},
+          {"attention_bias", false},
+          {"torch_dtype", o.dtype == "f32" ? "float32" : "bfloat16"},
+          {"bos_token_id", TokenId(tok, "<|endoftext|>")},
+          {"eos_token_id", TokenId(tok, "<|im_end|>")}};
+}
+
+void AddWeights(const TinyOptions& o, int vocab, TensorMaker& m) {
+  const float in_std = 1.0f / std::sqrt(static_cast<float>(o.hidden));
+  const float mlp_std = 1.0f / std::sqrt(static_cast<float>(o.intermediate));
+  // Tied embeddings: 0.2 keeps the logits' spread near 1.6 so sampling is not one-hot.
+  m.Add("model.embed_tokens.weight", {vocab, o.hidden}, 0.0f, 0.2f);
+  m.Add("model.norm.weight", {o.hidden}, 1.0f, 0.1f);
+  for (int i = 0; i < o.layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    m.Add(p + "input_layernorm.weight", {o.hidden}, 1.0f, 0.1f);
+    m.Add(p + "post_attention_layernorm.weight", {o.hidden}, 1.0f, 0.1f);
+    m.Add(p + "self_attn.q_proj.weight", {o.heads * o.head_dim, o.hidden}, 0.0f, in_std);
+    m.Add(p + "self_attn.k_proj.weight", {o.kv_heads * o.head_dim, o.hidden}, 0.0f, in_std);
+    m.Add(p + "self_attn.v_proj.weight", {o.kv_heads * o.head_dim, o.hidden}, 0.0f, in_std);
+    m.Add(p + "self_attn.o_proj.weight", {o.hidden, o.heads * o.head_dim}, 0.0f, in_std);
+    m.Add(p + "self_attn.q_norm.weight", {o.head_dim}, 1.0f, 0.1f);
+    m.Add(p + "self_attn.k_norm.weight", {o.head_dim}, 1.0f, 0.1f);
+    m.Add(p + "mlp.gate_proj.weight", {o.intermediate, o.hidden}, 0.0f, in_std);
+    m.Add(p + "mlp.up_proj.weight", {o.intermediate, o.hidden}, 0.0f, in_std);
+    m.Add(p + "mlp.down_proj.weight", {o.hidden, o.intermediate}, 0.0f, mlp_std);
+  }
+}
+
+absl::Status MakeTiny(const TinyOptions& o) {
+  if (o.dtype != "bf16" && o.dtype != "f32") {
+    return absl::InvalidArgumentError("--dtype must be bf16 or f32");
+  }
+  std::ifstream tf(o.tokenizer);
+  if (!tf) return absl::NotFoundError("cannot read tokenizer " + o.tokenizer);
+  const nlohmann::json tok = nlohmann::json::parse(tf, nullptr, /*allow_exceptions=*/false);
+  if (tok.is_discarded() || !tok.contains("model")) {
+    return absl::InvalidArgumentError(o.tokenizer + " is not a HF tokenizer.json");
+  }
+  std::ifstream cf(o.chat_template);
+  if (!cf) return absl::NotFoundError("cannot read chat template " + o.chat_template);
+  const std::string chat((std::istreambuf_iterator<char>(cf)), std::istreambuf_iterator<char>());
+  const int vocab = (VocabSize(tok) + 63) / 64 * 64;  // padded like real checkpoints
+  fs::create_directories(o.out);
+  std::ofstream(fs::path(o.out) / "config.json") << MakeConfig(o, vocab, tok).dump(2) << "\n";
+  fs::copy_file(o.tokenizer, fs::path(o.out) / "tokenizer.json",
+                fs::copy_options::overwrite_existing);
+  const nlohmann::json tok_config = {{"chat_template", chat},
+                                     {"eos_token", "<|im_end|>"},
+                                     {"pad_token", "<|endoftext|>"},
+                                     {"model_max_length", 4096}};
+  std::ofstream(fs::path(o.out) / "tokenizer_config.json") << tok_config.dump(2) << "\n";
+  TensorMaker maker(o.seed, o.dtype == "f32" ? DType::kF32 : DType::kBF16);
+  AddWeights(o, vocab, maker);
+  return WriteSafetensors((fs::path(o.out) / "model.safetensors").string(), maker.entries(),
+                          {{"format", "pt"}});
+}
+
+}  // namespace
+
+void RegisterMakeTiny(CLI::App& app, int* exit_code) {
+  auto opts = std::make_shared<TinyOptions>();
+  CLI::App* cmd = app.add_subcommand("make-tiny", "write a tiny random Qwen3 checkpoint");
+  cmd->add_option("--out", opts->out, "output directory")->required();
+  cmd->add_option("--tokenizer", opts->tokenizer, "HF tokenizer.json to copy");
+  cmd->add_option("--chat-template", opts->chat_template, "Jinja chat template file");
+  cmd->add_option("--seed", opts->seed, "random seed");
+  cmd->add_option("--hidden", opts->hidden, "hidden size");
+  cmd->add_option("--layers", opts->layers, "layers");
+  cmd->add_option("--heads", opts->heads, "attention heads");
+  cmd->add_option("--kv-heads", opts->kv_heads, "KV heads");
+  cmd->add_option("--head-dim", opts->head_dim, "head dim");
+  cmd->add_option("--intermediate", opts->intermediate, "MLP size");
+  cmd->add_option("--dtype", opts->dtype, "bf16 or f32");
+  cmd->callback([opts, exit_code] {
+    const absl::Status s = MakeTiny(*opts);
+    if (!s.ok()) {
+      std::cerr << "error: " << s.message() << "\n";
+      *exit_code = 1;
+      return;
+    }
+    std::cout << "wrote tiny Qwen3 checkpoint to " << opts->out << "\n";
+  });
+}
+
+}  // namespace dq::tool

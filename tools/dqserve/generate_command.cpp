@@ -1,0 +1,127 @@
+#include "tools/dqserve/generate_command.h"
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "engine/generate/generator.h"
+#include "engine/model/model_loader.h"
+#include "engine/model/model_runner.h"
+
+namespace dq::cli {
+namespace {
+
+struct GenerateOptions {
+  std::string model;
+  std::string prompt;
+  std::string system;
+  bool raw = false;  // no chat template: the prompt is the model's input text
+  bool interactive = false;
+  bool no_think = false;
+  int threads = 0;
+  SamplingParams sampling;
+};
+
+// A chat session: the conversation so far, rendered through the model's template each turn.
+class ChatSession {
+ public:
+  ChatSession(const GenerateOptions& o, Model& model, ModelRunner& runner)
+      : o_(o), model_(model), runner_(runner) {
+    if (!o.system.empty()) history_.push_back({"system", o.system});
+  }
+
+  // Streams one answer to stdout; returns its text.
+  absl::StatusOr<std::string> Turn(const std::string& user) {
+    DQ_ASSIGN_OR_RETURN(std::vector<int32_t> ids, PromptIds(user));
+    Generator gen(runner_, model_.tokenizer, model_.config.eos_token_ids);
+    GenerationRequest req{std::move(ids), o_.sampling};
+    auto on_text = [](size_t, std::string_view t) {
+      std::fwrite(t.data(), 1, t.size(), stdout);
+      std::fflush(stdout);
+    };
+    DQ_ASSIGN_OR_RETURN(auto results, gen.Generate(std::span(&req, 1), on_text));
+    const GenerationResult& r = results[0];
+    std::printf("\n");
+    const double tps = r.decode_seconds > 0 ? (r.tokens.size() - 1) / r.decode_seconds : 0;
+    std::fprintf(stderr,
+                 "[%d prompt tokens in %.3f s (%.1f tok/s); %zu generated, decode %.1f tok/s; "
+                 "finish: %s]\n",
+                 r.prompt_tokens, r.prefill_seconds, r.prompt_tokens / r.prefill_seconds,
+                 r.tokens.size(), tps, std::string(FinishReasonName(r.finish_reason)).c_str());
+    history_.push_back({"user", user});
+    history_.push_back({"assistant", r.text});
+    return r.text;
+  }
+
+ private:
+  absl::StatusOr<std::vector<int32_t>> PromptIds(const std::string& user) {
+    if (o_.raw) return model_.tokenizer.Encode(user, /*parse_special=*/false);
+    if (!model_.chat_template) {
+      return absl::FailedPreconditionError(
+          "this model has no chat template; pass --raw to give the prompt as plain text");
+    }
+    std::vector<ChatMessage> msgs = history_;
+    msgs.push_back({"user", user});
+    ChatRenderOptions ro;
+    ro.enable_thinking = !o_.no_think;
+    DQ_ASSIGN_OR_RETURN(std::string text, model_.chat_template->Render(msgs, ro));
+    return model_.tokenizer.Encode(text, /*parse_special=*/true);
+  }
+
+  const GenerateOptions& o_;
+  Model& model_;
+  ModelRunner& runner_;
+  std::vector<ChatMessage> history_;
+};
+
+absl::Status RunGenerate(const GenerateOptions& o) {
+  if (!o.interactive && o.prompt.empty()) {
+    return absl::InvalidArgumentError("give --prompt TEXT, or --interactive for a chat");
+  }
+  DQ_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(o.model));
+  ModelRunnerOptions ro;
+  ro.threads = o.threads;
+  DQ_ASSIGN_OR_RETURN(auto runner, ModelRunner::Create(*model->checkpoint, model->config, ro));
+  ChatSession chat(o, *model, *runner);
+  if (!o.interactive) return chat.Turn(o.prompt).status();
+  std::fprintf(stderr, "dqserve: chatting with %s (%s); empty line or Ctrl-D to quit\n",
+               o.model.c_str(), model->config.architecture.c_str());
+  std::string line;
+  while (std::fprintf(stderr, "> "), std::getline(std::cin, line) && !line.empty()) {
+    absl::Status s = chat.Turn(line).status();
+    if (!s.ok()) std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterGenerate(CLI::App& app, int* exit_code) {
+  auto o = std::make_shared<GenerateOptions>();
+  o->sampling.temperature = 0.0f;
+  o->sampling.max_tokens = 256;
+  CLI::App* cmd = app.add_subcommand("generate", "answer a prompt with a local model (CPU)");
+  cmd->add_option("--model", o->model, "a .gguf file or a HF checkpoint directory")->required();
+  cmd->add_option("--prompt", o->prompt, "the user message");
+  cmd->add_option("--system", o->system, "a system message");
+  cmd->add_flag("--raw", o->raw, "no chat template: the prompt is the raw model input");
+  cmd->add_flag("--interactive,-i", o->interactive, "chat: read user turns from stdin");
+  cmd->add_flag("--no-think", o->no_think, "Qwen3: disable thinking (empty think block)");
+  cmd->add_option("--max-tokens", o->sampling.max_tokens, "tokens to generate at most");
+  cmd->add_option("--temperature", o->sampling.temperature, "0 = greedy");
+  cmd->add_option("--top-p", o->sampling.top_p, "nucleus sampling mass");
+  cmd->add_option("--top-k", o->sampling.top_k, "keep the k most likely tokens (0 = all)");
+  cmd->add_option("--min-p", o->sampling.min_p, "drop tokens below min_p * max probability");
+  cmd->add_option("--seed", o->sampling.seed, "random seed for sampling");
+  cmd->add_option("--stop", o->sampling.stop, "stop string (repeatable)");
+  cmd->add_option("--threads", o->threads, "CPU threads (default: all)");
+  cmd->callback([o, exit_code] {
+    const absl::Status s = RunGenerate(*o);
+    if (!s.ok()) {
+      std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
+      *exit_code = 1;
+    }
+  });
+}
+
+}  // namespace dq::cli

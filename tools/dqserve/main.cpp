@@ -1,0 +1,17 @@
+// dqserve: the single-machine entry point. Today: `dqserve generate`.
+#include <CLI/CLI.hpp>
+
+#include "common/logging.h"
+#include "tools/dqserve/generate_command.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"dqserve: LLM serving with disaggregated quantization"};
+  app.require_subcommand(1);
+  std::string log_level = "warn";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
+  app.parse_complete_callback([&] { dq::SetLogLevel(log_level); });
+  int exit_code = 0;
+  dq::cli::RegisterGenerate(app, &exit_code);
+  CLI11_PARSE(app, argc, argv);
+  return exit_code;
+}
