@@ -23,4 +23,10 @@ if [ -f "$SMOL" ]; then
 fi
 out=$("$BIN/dq-tool" logits --model "$TINY" --ids "$ids" --greedy 3)
 grep -q '"greedy":\[' <<<"$out" && pass "logits" || fail "logits: $out"
+# The tiny checkpoint is rebuilt from its seed; the model golden was computed on these bytes.
+want=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["file_sha256"])' \
+  "$SRC/tests/golden/model/tiny_qwen3.json")
+have=$(sha256sum "$TINY/model.safetensors" | cut -d' ' -f1)
+[ "$want" = "$have" ] && pass "tiny checkpoint bytes match the golden's" \
+  || fail "tiny checkpoint sha256 $have != golden's $want (make-tiny changed: regenerate goldens)"
 finish

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/escaping.h"
@@ -18,6 +17,8 @@ struct GoldenCase {
   std::string model_path;
   float max_logit_diff;
 };
+
+void PrintTo(const GoldenCase& c, std::ostream* os) { *os << c.golden; }
 
 nlohmann::json ReadGolden(const std::string& name) {
   std::ifstream f(std::string(DQ_SOURCE_DIR) + "/tests/golden/model/" + name);
