@@ -12,6 +12,14 @@ const char* DTypeName(DType t) {
       return "bf16";
     case DType::kI32:
       return "i32";
+    case DType::kI16:
+      return "i16";
+    case DType::kU8:
+      return "u8";
+    case DType::kI8:
+      return "i8";
+    case DType::kF8E4M3:
+      return "f8_e4m3";
     case DType::kQ4_0:
       return "q4_0";
     case DType::kQ4_1:
@@ -43,6 +51,12 @@ int64_t DTypeBlockBytes(DType t) {
       return 2;
     case DType::kI32:
       return 4;
+    case DType::kI16:
+      return 2;
+    case DType::kU8:
+    case DType::kI8:
+    case DType::kF8E4M3:
+      return 1;
     case DType::kQ4_0:
       return 18;
     case DType::kQ4_1:

@@ -14,6 +14,10 @@ enum class DType : uint8_t {
   kF16,
   kBF16,
   kI32,
+  kI16,
+  kU8,
+  kI8,
+  kF8E4M3,  // OCP FP8 E4M3 (fn: no infinities, 0x7f/0xff are NaN, max 448)
   kQ4_0,  // ggml: fp16 d, 16 bytes of nibbles; x = (q - 8) * d, 32 values
   kQ4_1,  // ggml: fp16 d, fp16 m, 16 bytes of nibbles; x = q * d + m, 32 values
   kQ8_0,  // ggml: fp16 d, 32 int8; x = q * d, 32 values

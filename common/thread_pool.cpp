@@ -33,12 +33,15 @@ void ThreadPool::WorkerLoop(int index) {
   uint64_t seen = 0;
   for (;;) {
     // Spin first: the next loop usually follows within microseconds.
-    int spins = 0;
-    while (generation_.load(std::memory_order_acquire) == seen && spins < 20000) {
-      ++spins;
+    for (int spins = 0; generation_.load(std::memory_order_acquire) == seen && spins < 4000;
+         ++spins) {
+      if (spins < 2000) {
 #if defined(__x86_64__)
-      __builtin_ia32_pause();
+        __builtin_ia32_pause();
 #endif
+      } else {
+        std::this_thread::yield();
+      }
     }
     if (generation_.load(std::memory_order_acquire) == seen) {
       std::unique_lock<std::mutex> lock(mu_);
@@ -73,10 +76,16 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   }
   cv_.notify_all();
   RunChunks();
-  while (pending_.load(std::memory_order_acquire) != 0) {
+  // Spin briefly, then yield: on an oversubscribed machine the worker we wait for may need
+  // this core.
+  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+    if (spins < 2000) {
 #if defined(__x86_64__)
-    __builtin_ia32_pause();
+      __builtin_ia32_pause();
 #endif
+    } else {
+      std::this_thread::yield();
+    }
   }
 }
 

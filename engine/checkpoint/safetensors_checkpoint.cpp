@@ -30,6 +30,10 @@ std::optional<DType> DTypeFromName(std::string_view s) {
   if (s == "F16") return DType::kF16;
   if (s == "BF16") return DType::kBF16;
   if (s == "I32") return DType::kI32;
+  if (s == "I16") return DType::kI16;
+  if (s == "U8") return DType::kU8;
+  if (s == "I8") return DType::kI8;
+  if (s == "F8_E4M3") return DType::kF8E4M3;
   return std::nullopt;
 }
 
@@ -43,6 +47,14 @@ std::optional<std::string_view> NameFromDType(DType t) {
       return "BF16";
     case DType::kI32:
       return "I32";
+    case DType::kI16:
+      return "I16";
+    case DType::kU8:
+      return "U8";
+    case DType::kI8:
+      return "I8";
+    case DType::kF8E4M3:
+      return "F8_E4M3";
     default:
       return std::nullopt;
   }
@@ -85,7 +97,7 @@ absl::Status ParseEntry(const std::string& path, const std::string& name, const 
   if (!dtype) {
     return absl::InvalidArgumentError(absl::StrCat(
         "safetensors file ", path, ": ", what, " has dtype ", dname,
-        ", which is not supported; supported: F32, F16, BF16, I32 (convert the checkpoint)"));
+        ", which is not supported; supported: F32, F16, BF16, I32, I16, U8, I8, F8_E4M3 (convert the checkpoint)"));
   }
   t->name = name;
   t->dtype = *dtype;

@@ -35,7 +35,15 @@ void MatMulTiled(const LinearWeight& w, const float* x, int64_t rows, float* y, 
       const int64_t r0 = t * kRowTile;
       const int64_t nr = std::min(kRowTile, out - r0);
       for (int64_t i = 0; i < nr; ++i) DequantizeRow(w.dtype, w.row(r0 + i), &buf[i * in], in);
-      for (int64_t m = 0; m < rows; ++m) {
+      int64_t m = 0;
+      if (nr == kRowTile) {
+        for (; m + 3 <= rows; m += 3) {
+          for (int64_t i = 0; i < kRowTile; i += 4) {
+            Dot4x3(&buf[i * in], x + m * in, in, y + m * out + r0 + i, out);
+          }
+        }
+      }
+      for (; m < rows; ++m) {
         const float* xm = x + m * in;
         float* ym = y + m * out + r0;
         for (int64_t i = 0; i < nr; ++i) ym[i] = DotF32(&buf[i * in], xm, in);
