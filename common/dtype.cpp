@@ -26,6 +26,26 @@ const char* DTypeName(DType t) {
       return "q4_1";
     case DType::kQ8_0:
       return "q8_0";
+    case DType::kQ5_0:
+      return "q5_0";
+    case DType::kQ5_1:
+      return "q5_1";
+    case DType::kQ2_K:
+      return "q2_k";
+    case DType::kQ3_K:
+      return "q3_k";
+    case DType::kQ4_K:
+      return "q4_k";
+    case DType::kQ5_K:
+      return "q5_k";
+    case DType::kQ6_K:
+      return "q6_k";
+    case DType::kIQ2_XXS:
+      return "iq2_xxs";
+    case DType::kIQ3_XXS:
+      return "iq3_xxs";
+    case DType::kIQ4_NL:
+      return "iq4_nl";
   }
   return "?";
 }
@@ -35,7 +55,18 @@ int64_t DTypeBlockElems(DType t) {
     case DType::kQ4_0:
     case DType::kQ4_1:
     case DType::kQ8_0:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kIQ4_NL:
       return 32;
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+    case DType::kIQ2_XXS:
+    case DType::kIQ3_XXS:
+      return 256;
     default:
       return 1;
   }
@@ -63,6 +94,26 @@ int64_t DTypeBlockBytes(DType t) {
       return 20;
     case DType::kQ8_0:
       return 34;
+    case DType::kQ5_0:
+      return 22;
+    case DType::kQ5_1:
+      return 24;
+    case DType::kQ2_K:
+      return 84;
+    case DType::kQ3_K:
+      return 110;
+    case DType::kQ4_K:
+      return 144;
+    case DType::kQ5_K:
+      return 176;
+    case DType::kQ6_K:
+      return 210;
+    case DType::kIQ2_XXS:
+      return 66;
+    case DType::kIQ3_XXS:
+      return 98;
+    case DType::kIQ4_NL:
+      return 18;
   }
   return 0;
 }

@@ -18,9 +18,20 @@ enum class DType : uint8_t {
   kU8,
   kI8,
   kF8E4M3,  // OCP FP8 E4M3 (fn: no infinities, 0x7f/0xff are NaN, max 448)
-  kQ4_0,  // ggml: fp16 d, 16 bytes of nibbles; x = (q - 8) * d, 32 values
-  kQ4_1,  // ggml: fp16 d, fp16 m, 16 bytes of nibbles; x = q * d + m, 32 values
-  kQ8_0,  // ggml: fp16 d, 32 int8; x = q * d, 32 values
+  kQ4_0,    // ggml: fp16 d, 16 bytes of nibbles; x = (q - 8) * d, 32 values
+  kQ4_1,    // ggml: fp16 d, fp16 m, 16 bytes of nibbles; x = q * d + m, 32 values
+  kQ8_0,    // ggml: fp16 d, 32 int8; x = q * d, 32 values
+  // More ggml block types; engine/quant/ggml_kquants.h documents their layouts.
+  kQ5_0,     // 32 values in 22 bytes
+  kQ5_1,     // 32 values in 24 bytes
+  kQ2_K,     // 256 values in 84 bytes
+  kQ3_K,     // 256 values in 110 bytes
+  kQ4_K,     // 256 values in 144 bytes
+  kQ5_K,     // 256 values in 176 bytes
+  kQ6_K,     // 256 values in 210 bytes
+  kIQ2_XXS,  // 256 values in 66 bytes
+  kIQ3_XXS,  // 256 values in 98 bytes
+  kIQ4_NL,   // 32 values in 18 bytes
 };
 
 const char* DTypeName(DType t);

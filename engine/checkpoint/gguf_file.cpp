@@ -52,8 +52,28 @@ std::optional<DType> DTypeFromGgml(uint32_t t) {
       return DType::kQ4_0;
     case 3:
       return DType::kQ4_1;
+    case 6:
+      return DType::kQ5_0;
+    case 7:
+      return DType::kQ5_1;
     case 8:
       return DType::kQ8_0;
+    case 10:
+      return DType::kQ2_K;
+    case 11:
+      return DType::kQ3_K;
+    case 12:
+      return DType::kQ4_K;
+    case 13:
+      return DType::kQ5_K;
+    case 14:
+      return DType::kQ6_K;
+    case 16:
+      return DType::kIQ2_XXS;
+    case 18:
+      return DType::kIQ3_XXS;
+    case 20:
+      return DType::kIQ4_NL;
     case 30:
       return DType::kBF16;
     default:
@@ -290,10 +310,11 @@ class GgufParser {
     DQ_ASSIGN_OR_RETURN(uint64_t offset, Read<uint64_t>(what));
     auto dtype = DTypeFromGgml(type);
     if (!dtype) {
-      return Error(absl::StrCat("unsupported tensor type ", type, " (", GgmlTypeName(type),
-                                ") for ", what,
-                                "; supported: F32, F16, BF16, Q4_0, Q4_1, Q8_0 "
-                                "(re-quantize the model to one of these)"));
+      return Error(
+          absl::StrCat("unsupported tensor type ", type, " (", GgmlTypeName(type), ") for ", what,
+                       "; supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, "
+                       "Q4_K, Q5_K, Q6_K, IQ2_XXS, IQ3_XXS, IQ4_NL "
+                       "(re-quantize the model to one of these)"));
     }
     t.dtype = *dtype;
     DQ_RETURN_IF_ERROR(ComputeBytes(what, &t));

@@ -95,9 +95,10 @@ absl::Status ParseEntry(const std::string& path, const std::string& name, const 
   const std::string& dname = dt->get_ref<const std::string&>();
   auto dtype = DTypeFromName(dname);
   if (!dtype) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "safetensors file ", path, ": ", what, " has dtype ", dname,
-        ", which is not supported; supported: F32, F16, BF16, I32, I16, U8, I8, F8_E4M3 (convert the checkpoint)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("safetensors file ", path, ": ", what, " has dtype ", dname,
+                     ", which is not supported; supported: F32, F16, BF16, I32, I16, U8, I8, "
+                     "F8_E4M3 (convert the checkpoint)"));
   }
   t->name = name;
   t->dtype = *dtype;
@@ -290,7 +291,7 @@ absl::StatusOr<std::string> BuildHeader(const std::vector<SafetensorsEntry>& ent
     if (!dname) {
       return absl::InvalidArgumentError(
           absl::StrCat("cannot write tensor '", e.name, "' as ", std::string(DTypeName(e.dtype)),
-                       " to safetensors; only F32, F16, BF16 and I32 are supported"));
+                       " to safetensors; supported: F32, F16, BF16, I32, I16, U8, I8, F8_E4M3"));
     }
     if (e.name.empty() || e.name == "__metadata__" || header.contains(e.name)) {
       return absl::InvalidArgumentError(

@@ -26,6 +26,15 @@ void MatMulFused(const LinearWeight& w, const float* x, int64_t rows, float* y, 
   });
 }
 
+// Writes row `r` of `w` as fp32 (stored dtype or quantization scheme).
+void WeightRow(const LinearWeight& w, int64_t r, float* dst) {
+  if (w.codec != nullptr) {
+    w.codec->DequantizeRow(w.quantized, r, dst);
+  } else {
+    DequantizeRow(w.dtype, w.row(r), dst, w.in_features);
+  }
+}
+
 void MatMulTiled(const LinearWeight& w, const float* x, int64_t rows, float* y, ThreadPool& pool) {
   const int64_t out = w.out_features, in = w.in_features;
   const int64_t tiles = (out + kRowTile - 1) / kRowTile;
@@ -34,7 +43,7 @@ void MatMulTiled(const LinearWeight& w, const float* x, int64_t rows, float* y, 
     for (int64_t t = begin; t < end; ++t) {
       const int64_t r0 = t * kRowTile;
       const int64_t nr = std::min(kRowTile, out - r0);
-      for (int64_t i = 0; i < nr; ++i) DequantizeRow(w.dtype, w.row(r0 + i), &buf[i * in], in);
+      for (int64_t i = 0; i < nr; ++i) WeightRow(w, r0 + i, &buf[i * in]);
       int64_t m = 0;
       if (nr == kRowTile) {
         for (; m + 3 <= rows; m += 3) {
@@ -55,6 +64,16 @@ void MatMulTiled(const LinearWeight& w, const float* x, int64_t rows, float* y, 
 }  // namespace
 
 void MatMul(const LinearWeight& w, const float* x, int64_t rows, float* y, ThreadPool& pool) {
+  if (w.codec != nullptr) {
+    if (w.mode == ComputeMode::kWeightOnly) return MatMulTiled(w, x, rows, y, pool);
+    // W8A8 / W4A4: the product of quantized weights and quantized activations, computed on
+    // the dequantized images (exact products, fp32 accumulation).
+    std::vector<float> xq(x, x + rows * w.in_features);
+    for (int64_t m = 0; m < rows; ++m) {
+      w.codec->QuantizeActivations(w.mode, w.act_amax, &xq[m * w.in_features], w.in_features);
+    }
+    return MatMulTiled(w, xq.data(), rows, y, pool);
+  }
   if (rows <= kFusedDotMaxRows) {
     MatMulFused(w, x, rows, y, pool);
   } else {

@@ -56,6 +56,7 @@ void DecoderModel::AttentionBlock(int layer, const Batch& batch, Scratch& s, KvB
   const DecoderLayerWeights& w = weights_.layers[layer];
   const ModelConfig& c = config_;
   cpu::RmsNorm(s.x.data(), w.attn_norm.data(), s.m, c.hidden_size, c.rms_norm_eps, s.h.data());
+  Observe(layer, LinearInput::kQkv, s.h, s.m, c.hidden_size);
   cpu::MatMul(w.q, s.h.data(), s.m, s.q.data(), threads);
   cpu::MatMul(w.k, s.h.data(), s.m, s.k.data(), threads);
   cpu::MatMul(w.v, s.h.data(), s.m, s.v.data(), threads);
@@ -77,6 +78,7 @@ void DecoderModel::AttentionBlock(int layer, const Batch& batch, Scratch& s, KvB
     std::copy_n(s.v.data() + t * c.kv_dim(), c.kv_dim(), pool.value(layer, block, slot));
   }
   cpu::PagedAttention(pool, layer, s.tokens, s.q.data(), c.num_heads, s.attn.data(), threads);
+  Observe(layer, LinearInput::kO, s.attn, s.m, c.q_dim());
   cpu::MatMul(w.o, s.attn.data(), s.m, s.h.data(), threads);
   cpu::AddInPlace(s.x.data(), s.h.data(), s.m * c.hidden_size);
 }
@@ -85,9 +87,11 @@ void DecoderModel::MlpBlock(int layer, Scratch& s, ThreadPool& threads) const {
   const DecoderLayerWeights& w = weights_.layers[layer];
   const ModelConfig& c = config_;
   cpu::RmsNorm(s.x.data(), w.ffn_norm.data(), s.m, c.hidden_size, c.rms_norm_eps, s.h.data());
+  Observe(layer, LinearInput::kGateUp, s.h, s.m, c.hidden_size);
   cpu::MatMul(w.gate, s.h.data(), s.m, s.gate.data(), threads);
   cpu::MatMul(w.up, s.h.data(), s.m, s.up.data(), threads);
   cpu::SiluMulInPlace(s.gate.data(), s.up.data(), s.m * c.intermediate_size);
+  Observe(layer, LinearInput::kDown, s.gate, s.m, c.intermediate_size);
   cpu::MatMul(w.down, s.gate.data(), s.m, s.h.data(), threads);
   cpu::AddInPlace(s.x.data(), s.h.data(), s.m * c.hidden_size);
 }

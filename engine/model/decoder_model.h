@@ -1,6 +1,8 @@
 // The forward pass of a Llama-family decoder on the CPU backend.
 #pragma once
 
+#include <functional>
+
 #include "common/status.h"
 #include "common/thread_pool.h"
 #include "engine/kvcache/kv_block_pool.h"
@@ -10,11 +12,20 @@
 
 namespace dq {
 
+// Which linear layers read an activation: q/k/v share theirs, as do gate/up.
+enum class LinearInput { kQkv, kO, kGateUp, kDown };
+// Sees each linear layer's input during a forward pass (calibration of activation scales).
+using LinearObserver =
+    std::function<void(int layer, LinearInput which, const float* x, int64_t rows, int64_t n)>;
+
 class DecoderModel {
  public:
   DecoderModel(ModelConfig config, DecoderWeights weights);
 
   const ModelConfig& config() const { return config_; }
+  // Installs (or, with {}, removes) an observer of linear-layer inputs. Not thread-safe with
+  // a concurrent Forward.
+  void set_observer(LinearObserver observer) { observer_ = std::move(observer); }
 
   // Runs `batch`: writes each item's new K/V into `pool` and advances kv->num_tokens.
   // Preconditions (checked, error on violation): every item has blocks for its new tokens,
@@ -33,7 +44,13 @@ class DecoderModel {
 
   ModelConfig config_;
   DecoderWeights weights_;
+  void Observe(int layer, LinearInput which, const std::vector<float>& x, int64_t rows,
+               int64_t n) const {
+    if (observer_) observer_(layer, which, x.data(), rows, n);
+  }
+
   std::vector<float> inv_freq_;
+  LinearObserver observer_;
 };
 
 }  // namespace dq

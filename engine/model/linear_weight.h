@@ -2,15 +2,25 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "common/dtype.h"
+#include "engine/quant/weight_codec.h"
 
 namespace dq {
 
 // Rows of `in_features` values each, `row_bytes` apart. Points into the mapped checkpoint,
 // or into `owned` when the loader had to convert the stored tensor.
+// When `codec` is set the matrix is in a quantization scheme (fp8, nvfp4, intN, lutN): its
+// components are in `quantized`, and `dtype`/`data`/`row_bytes` are unused.
 struct LinearWeight {
+  const WeightCodec* codec = nullptr;
+  QuantizedView quantized;
+  std::shared_ptr<const QuantizedTensors> owned_quantized;  // when converted at load (GPTQ)
+  ComputeMode mode = ComputeMode::kWeightOnly;
+  float act_amax = 0.0f;  // w4a4: calibrated amax of this layer's input (0: per-row dynamic)
+
   DType dtype = DType::kF32;
   int64_t out_features = 0;
   int64_t in_features = 0;

@@ -37,7 +37,7 @@ absl::Status BindEmbeddingsAndHead(const WeightBinder& binder, const TensorNames
 
 absl::StatusOr<DecoderWeights> LoadLlamaWeights(const Checkpoint& checkpoint,
                                                 const ModelConfig& config) {
-  const WeightBinder binder(checkpoint);
+  const WeightBinder binder(checkpoint, config.quant);
   const TensorNames names(checkpoint.format() == "gguf");
   DecoderWeights w;
   DQ_RETURN_IF_ERROR(BindEmbeddingsAndHead(binder, names, config, &w));

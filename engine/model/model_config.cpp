@@ -99,7 +99,8 @@ absl::StatusOr<ModelConfig> ModelConfigFromHfJson(const nlohmann::json& j) {
         "config.json: rope_scaling is not supported yet; remove it or use a model without it");
   }
   c.qk_norm = c.architecture == "qwen3";
-  c.rope_style = RopeStyle::kNeox;
+  c.rope_style = j.value("dq_rope_interleaved", false) ? RopeStyle::kInterleaved : RopeStyle::kNeox;
+  DQ_ASSIGN_OR_RETURN(c.quant, QuantConfig::FromHfConfig(j));
   DQ_RETURN_IF_ERROR(c.Validate());
   return c;
 }

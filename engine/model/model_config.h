@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "engine/quant/quant_config.h"
 
 namespace dq {
 
@@ -33,6 +34,7 @@ struct ModelConfig {
   RopeStyle rope_style = RopeStyle::kNeox;
   int32_t bos_token_id = -1;
   std::vector<int32_t> eos_token_ids;
+  QuantConfig quant;  // how the checkpoint's linear weights are stored
 
   int q_dim() const { return num_heads * head_dim; }
   int kv_dim() const { return num_kv_heads * head_dim; }

@@ -17,15 +17,68 @@ absl::StatusOr<DecoderWeights> LoadWeights(const Checkpoint& checkpoint,
       absl::StrCat("no model graph for architecture '", config.architecture, "'"));
 }
 
+// Sets every quantized layer's compute mode; the stored scheme must define it.
+absl::Status ApplyComputeMode(ComputeMode mode, DecoderWeights& w) {
+  for (DecoderLayerWeights& l : w.layers) {
+    for (LinearWeight* m : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) {
+      if (mode == ComputeMode::kWeightOnly) continue;
+      if (m->codec == nullptr || !m->codec->Supports(mode)) {
+        const std::string stored =
+            m->codec ? std::string(m->codec->scheme()) : std::string(DTypeName(m->dtype));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "compute mode ", ComputeModeName(mode), " needs ",
+            mode == ComputeMode::kW8A8 ? "fp8" : "nvfp4", " weights, but this checkpoint's ",
+            "linear layers are ", stored, "; quantize it with dq-quantize or use weight_only"));
+      }
+      m->mode = mode;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<DecoderModel>> BuildModel(const PhaseWeights& p) {
+  DQ_RETURN_IF_ERROR(p.config->Validate());
+  DQ_ASSIGN_OR_RETURN(DecoderWeights weights, LoadWeights(*p.checkpoint, *p.config));
+  DQ_RETURN_IF_ERROR(ApplyComputeMode(p.mode, weights));
+  return std::make_shared<DecoderModel>(*p.config, std::move(weights));
+}
+
+absl::Status CheckSameKvLayout(const ModelConfig& a, const ModelConfig& b) {
+  auto differ = [](const char* what, auto x, auto y) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prefill and decode models have different KV layouts: ", what, " ", x, " vs ",
+                     y, "; both phases must be the same model architecture (weights may differ)"));
+  };
+  if (a.architecture != b.architecture)
+    return differ("architecture", a.architecture, b.architecture);
+  if (a.num_layers != b.num_layers) return differ("layers", a.num_layers, b.num_layers);
+  if (a.num_kv_heads != b.num_kv_heads) return differ("KV heads", a.num_kv_heads, b.num_kv_heads);
+  if (a.head_dim != b.head_dim) return differ("head dim", a.head_dim, b.head_dim);
+  if (a.vocab_size != b.vocab_size) return differ("vocabulary", a.vocab_size, b.vocab_size);
+  if (a.rope_theta != b.rope_theta) return differ("rope theta", a.rope_theta, b.rope_theta);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
     const Checkpoint& checkpoint, const ModelConfig& config, const ModelRunnerOptions& options) {
-  DQ_RETURN_IF_ERROR(config.Validate());
+  const PhaseWeights both{&checkpoint, &config, ComputeMode::kWeightOnly};
+  return Create(both, both, options);
+}
+
+absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
+    const PhaseWeights& prefill, const PhaseWeights& decode, const ModelRunnerOptions& options) {
   if (options.kv_block_size <= 0) {
     return absl::InvalidArgumentError("kv_block_size must be positive");
   }
-  DQ_ASSIGN_OR_RETURN(DecoderWeights weights, LoadWeights(checkpoint, config));
+  DQ_RETURN_IF_ERROR(CheckSameKvLayout(*prefill.config, *decode.config));
+  DQ_ASSIGN_OR_RETURN(std::shared_ptr<DecoderModel> decode_model, BuildModel(decode));
+  std::shared_ptr<DecoderModel> prefill_model = decode_model;
+  if (prefill.checkpoint != decode.checkpoint || prefill.mode != decode.mode) {
+    DQ_ASSIGN_OR_RETURN(prefill_model, BuildModel(prefill));
+  }
+  const ModelConfig& config = *decode.config;
   KvCacheOptions kv;
   kv.num_layers = config.num_layers;
   kv.num_kv_heads = config.num_kv_heads;
@@ -38,7 +91,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   spdlog::debug("model runner: {} layers, KV pool {} blocks x {} tokens, {} threads",
                 config.num_layers, kv.num_blocks, kv.block_size, threads);
   return std::unique_ptr<ModelRunner>(
-      new ModelRunner(DecoderModel(config, std::move(weights)), kv, threads));
+      new ModelRunner(std::move(prefill_model), std::move(decode_model), kv, threads));
 }
 
 }  // namespace dq

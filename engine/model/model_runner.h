@@ -1,4 +1,6 @@
-// ModelRunner: a model's weights bound to a backend, its KV pool and its threads.
+// ModelRunner: a model's weights bound to a backend, its KV pool and its threads. Prefill and
+// decode may use different weights (full disaggregation) or the same stored weights in
+// different compute modes (format disaggregation); they always share the KV cache.
 #pragma once
 
 #include <memory>
@@ -19,27 +21,46 @@ struct ModelRunnerOptions {
   int kv_capacity = 0;     // tokens the KV pool holds in all; 0: min(context, 8192)
 };
 
+// The weights one phase computes with. The checkpoint must outlive the runner (weights are
+// used in place from its mapping).
+struct PhaseWeights {
+  const Checkpoint* checkpoint = nullptr;
+  const ModelConfig* config = nullptr;
+  ComputeMode mode = ComputeMode::kWeightOnly;
+};
+
 class ModelRunner {
  public:
-  // Binds the checkpoint's tensors for `config.architecture` (the checkpoint must outlive the
-  // runner: weights are used in place from its mapping).
+  // One model for both phases, weight-only compute.
   static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(const Checkpoint& checkpoint,
                                                              const ModelConfig& config,
                                                              const ModelRunnerOptions& options);
+  // Per-phase weights and compute modes. Errors: the two KV layouts (architecture, layers, KV
+  // heads, head dim) or vocabularies differ, or a compute mode the stored format cannot do.
+  static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(const PhaseWeights& prefill,
+                                                             const PhaseWeights& decode,
+                                                             const ModelRunnerOptions& options);
 
-  const ModelConfig& config() const { return model_.config(); }
+  const ModelConfig& config() const { return decode_->config(); }
   KvBlockPool& kv_pool() { return pool_; }
   ThreadPool& threads() { return threads_; }
 
-  // One forward pass (prefill, decode, or both mixed). See DecoderModel::Forward.
+  // Observes the prefill model's linear-layer inputs (calibration); {} removes it.
+  void SetPrefillObserver(LinearObserver observer) { prefill_->set_observer(std::move(observer)); }
+
+  // One forward pass; Phase::kPrefill batches run on the prefill weights, kDecode on the decode
+  // weights. See DecoderModel::Forward.
   absl::Status Forward(const Batch& batch, BatchLogits* logits) {
-    return model_.Forward(batch, pool_, threads_, logits);
+    const DecoderModel& m = batch.phase == Phase::kPrefill ? *prefill_ : *decode_;
+    return m.Forward(batch, pool_, threads_, logits);
   }
 
  private:
-  ModelRunner(DecoderModel model, const KvCacheOptions& kv, int threads)
-      : model_(std::move(model)), pool_(kv), threads_(threads) {}
-  DecoderModel model_;
+  ModelRunner(std::shared_ptr<DecoderModel> prefill, std::shared_ptr<DecoderModel> decode,
+              const KvCacheOptions& kv, int threads)
+      : prefill_(std::move(prefill)), decode_(std::move(decode)), pool_(kv), threads_(threads) {}
+  std::shared_ptr<DecoderModel> prefill_;
+  std::shared_ptr<DecoderModel> decode_;
   KvBlockPool pool_;
   ThreadPool threads_;
 };

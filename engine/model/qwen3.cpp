@@ -7,7 +7,7 @@ namespace dq {
 
 absl::StatusOr<DecoderWeights> LoadQwen3Weights(const Checkpoint& checkpoint,
                                                 const ModelConfig& config) {
-  const WeightBinder binder(checkpoint);
+  const WeightBinder binder(checkpoint, config.quant);
   const TensorNames names(checkpoint.format() == "gguf");
   DecoderWeights w;
   DQ_RETURN_IF_ERROR(BindEmbeddingsAndHead(binder, names, config, &w));

@@ -2,36 +2,18 @@
 
 #include <cstring>
 
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#include <immintrin.h>
-#define DQ_GGML_AVX2 1
-#endif
+#include "engine/quant/ggml_kquants.h"
+#include "engine/quant/ggml_simd.h"
 
 namespace dq {
 namespace {
 
-constexpr int64_t kQK = 32;  // values per quantized block
+using ggml::kQK;
+using ggml::LoadU16;
+using ggml::Opaque;
 constexpr int64_t kQ4_0Bytes = 18;
 constexpr int64_t kQ4_1Bytes = 20;
 constexpr int64_t kQ8_0Bytes = 34;
-
-inline uint16_t LoadU16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-// Hides `v` from the optimizer so a following `v + m` is not contracted into an FMA: ggml and
-// gguf-py round q * d to fp32 before adding m, and we must match them bit for bit.
-inline float Opaque(float v) {
-#if defined(__GNUC__) && defined(__x86_64__)
-  asm("" : "+x"(v));
-  return v;
-#else
-  volatile float t = v;
-  return t;
-#endif
-}
 
 // ---- Scalar reference paths (also the tail/fallback of the vector code) ----
 
@@ -91,14 +73,17 @@ void DequantScalar(DType t, const uint8_t* src, float* dst, int64_t n) {
       return DequantQ4_1Scalar(src, dst, n / kQK);
     case DType::kQ8_0:
       return DequantQ8_0Scalar(src, dst, n / kQK);
+    default:
+      ggml::DequantizeBlocksRef(t, src, dst, n / DTypeBlockElems(t));
+      return;
   }
 }
 
 // Dot product by dequantizing one block (or a chunk of a scalar type) at a time.
 float DotScalar(DType t, const uint8_t* row, const float* x, int64_t n) {
-  const int64_t chunk = DTypeBlockElems(t) == 1 ? 64 : kQK;
+  const int64_t chunk = DTypeBlockElems(t) == 1 ? 64 : DTypeBlockElems(t);
   const int64_t chunk_bytes = DTypeRowBytes(t, chunk);
-  float buf[64];
+  float buf[ggml::kQKK];
   float sum = 0.0f;
   for (int64_t i = 0; i < n; i += chunk, row += chunk_bytes) {
     const int64_t len = n - i < chunk ? n - i : chunk;
@@ -110,20 +95,8 @@ float DotScalar(DType t, const uint8_t* row, const float* x, int64_t n) {
 
 #ifdef DQ_GGML_AVX2
 
-inline float HorizontalSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-// Broadcasts the fp16 at `p`. Loads 4 bytes (a plain vector load, no insert shuffle); only the
-// first 2 are used, and every block has more bytes after its scale.
-inline __m256 BroadcastF16(const uint8_t* p) {
-  uint32_t bits;
-  std::memcpy(&bits, p, sizeof bits);
-  return _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(bits))));
-}
+using ggml::BroadcastF16;
+using ggml::HorizontalSum;
 
 // The 32 nibbles of a Q4 block as fp32 in element order, minus `bias` (8 for Q4_0, 0 for Q4_1).
 // Widening bytes 0..7 and 8..15 straight from memory to 32-bit lanes and splitting the nibbles
@@ -263,6 +236,39 @@ void DequantDenseAvx2(const uint8_t* src, float* dst, int64_t n) {
   if (i < n) DequantScalar(T, src + i * 2, dst + i, n - i);
 }
 
+// The AVX2 kernels of the types in ggml_kquants.h; null for other types.
+struct BlockKernels {
+  void (*dequant)(const uint8_t* src, float* dst, int64_t nblocks) = nullptr;
+  float (*dot)(const uint8_t* row, const float* x, int64_t nblocks) = nullptr;
+};
+
+BlockKernels GgmlKernels(DType t) {
+  switch (t) {
+    case DType::kQ5_0:
+      return {ggml::DequantQ5_0Avx2, ggml::DotQ5_0Avx2};
+    case DType::kQ5_1:
+      return {ggml::DequantQ5_1Avx2, ggml::DotQ5_1Avx2};
+    case DType::kIQ4_NL:
+      return {ggml::DequantIQ4_NLAvx2, ggml::DotIQ4_NLAvx2};
+    case DType::kQ2_K:
+      return {ggml::DequantQ2_KAvx2, ggml::DotQ2_KAvx2};
+    case DType::kQ3_K:
+      return {ggml::DequantQ3_KAvx2, ggml::DotQ3_KAvx2};
+    case DType::kQ4_K:
+      return {ggml::DequantQ4_KAvx2, ggml::DotQ4_KAvx2};
+    case DType::kQ5_K:
+      return {ggml::DequantQ5_KAvx2, ggml::DotQ5_KAvx2};
+    case DType::kQ6_K:
+      return {ggml::DequantQ6_KAvx2, ggml::DotQ6_KAvx2};
+    case DType::kIQ2_XXS:
+      return {ggml::DequantIQ2_XXSAvx2, ggml::DotIQ2_XXSAvx2};
+    case DType::kIQ3_XXS:
+      return {ggml::DequantIQ3_XXSAvx2, ggml::DotIQ3_XXSAvx2};
+    default:
+      return {};
+  }
+}
+
 #endif  // DQ_GGML_AVX2
 
 }  // namespace
@@ -280,6 +286,9 @@ void DequantizeRow(DType t, const uint8_t* src, float* dst, int64_t n) {
     case DType::kBF16:
       return DequantDenseAvx2<DType::kBF16>(src, dst, n);
     default:
+      if (const BlockKernels k = GgmlKernels(t); k.dequant != nullptr) {
+        return k.dequant(src, dst, n / DTypeBlockElems(t));
+      }
       break;
   }
 #endif
@@ -303,6 +312,9 @@ float DotRow(DType t, const uint8_t* row, const float* x, int64_t n) {
     case DType::kBF16:
       return DotDenseAvx2<DType::kBF16>(row, x, n);
     default:
+      if (const BlockKernels k = GgmlKernels(t); k.dot != nullptr) {
+        return k.dot(row, x, n / DTypeBlockElems(t));
+      }
       break;
   }
 #endif

@@ -6,6 +6,8 @@
 //   Q4_1 (20 bytes): fp16 d; fp16 m; 16 bytes qs (nibbles as Q4_0). x = q * d + m, with the
 //                    product rounded to fp32 before adding m (no FMA), as ggml and gguf-py do.
 //   Q8_0 (34 bytes): fp16 d; 32 int8 qs. x = q * d.
+// Q5_0, Q5_1, IQ4_NL and the 256-value k-quant / i-quant types (Q2_K .. Q6_K, IQ2_XXS,
+// IQ3_XXS) are documented in engine/quant/ggml_kquants.h.
 // Scalar types: F32 (4 bytes), F16 (IEEE half), BF16 (top half of an fp32).
 #pragma once
 

@@ -10,5 +10,6 @@ void RegisterInspect(CLI::App& app, int* exit_code);
 void RegisterMakeTiny(CLI::App& app, int* exit_code);
 void RegisterTokenize(CLI::App& app, int* exit_code);
 void RegisterRunModel(CLI::App& app, int* exit_code);
+void RegisterFidelity(CLI::App& app, int* exit_code);
 
 }  // namespace dq::tool

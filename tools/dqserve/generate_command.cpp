@@ -7,12 +7,15 @@
 #include "engine/generate/generator.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/model_runner.h"
+#include "engine/quant/weight_codec.h"
 
 namespace dq::cli {
 namespace {
 
 struct GenerateOptions {
-  std::string model;
+  std::string model;  // tokenizer, chat template, and the weights of any phase not given below
+  std::string prefill_weights, decode_weights;
+  std::string prefill_compute = "weight_only", decode_compute = "weight_only";
   std::string prompt;
   std::string system;
   bool raw = false;  // no chat template: the prompt is the model's input text
@@ -78,10 +81,35 @@ absl::Status RunGenerate(const GenerateOptions& o) {
   if (!o.interactive && o.prompt.empty()) {
     return absl::InvalidArgumentError("give --prompt TEXT, or --interactive for a chat");
   }
-  DQ_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(o.model));
+  const std::string base = !o.model.empty() ? o.model : o.decode_weights;
+  if (base.empty()) return absl::InvalidArgumentError("give --model (or --decode-weights)");
+  DQ_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(base));
+  // Each phase's weights: its own checkpoint (full disaggregation) or the base model's, in
+  // that phase's compute mode (format disaggregation when only the modes differ).
+  std::unique_ptr<Model> prefill_model, decode_model;
+  if (!o.prefill_weights.empty() && o.prefill_weights != base) {
+    DQ_ASSIGN_OR_RETURN(prefill_model, LoadModel(o.prefill_weights));
+  }
+  if (!o.decode_weights.empty() && o.decode_weights != base) {
+    DQ_ASSIGN_OR_RETURN(decode_model, LoadModel(o.decode_weights));
+  }
+  const Model& pm = prefill_model ? *prefill_model : *model;
+  const Model& dm = decode_model ? *decode_model : *model;
+  for (const Model* m : {&pm, &dm}) {
+    if (m->tokenizer.vocab_size() != model->tokenizer.vocab_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          m->path, " has a different tokenizer (", m->tokenizer.vocab_size(), " tokens vs ",
+          model->tokenizer.vocab_size(), "); both phases must share the tokenizer"));
+    }
+  }
+  DQ_ASSIGN_OR_RETURN(ComputeMode prefill_mode, ParseComputeMode(o.prefill_compute));
+  DQ_ASSIGN_OR_RETURN(ComputeMode decode_mode, ParseComputeMode(o.decode_compute));
   ModelRunnerOptions ro;
   ro.threads = o.threads;
-  DQ_ASSIGN_OR_RETURN(auto runner, ModelRunner::Create(*model->checkpoint, model->config, ro));
+  DQ_ASSIGN_OR_RETURN(
+      auto runner,
+      ModelRunner::Create(PhaseWeights{pm.checkpoint.get(), &pm.config, prefill_mode},
+                          PhaseWeights{dm.checkpoint.get(), &dm.config, decode_mode}, ro));
   ChatSession chat(o, *model, *runner);
   if (!o.interactive) return chat.Turn(o.prompt).status();
   std::fprintf(stderr, "dqserve: chatting with %s (%s); empty line or Ctrl-D to quit\n",
@@ -101,7 +129,11 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   o->sampling.temperature = 0.0f;
   o->sampling.max_tokens = 256;
   CLI::App* cmd = app.add_subcommand("generate", "answer a prompt with a local model (CPU)");
-  cmd->add_option("--model", o->model, "a .gguf file or a HF checkpoint directory")->required();
+  cmd->add_option("--model", o->model, "a .gguf file or a HF checkpoint directory");
+  cmd->add_option("--prefill-weights", o->prefill_weights, "checkpoint for the prefill phase");
+  cmd->add_option("--prefill-compute", o->prefill_compute, "weight_only, w8a8 (fp8), w4a4 (nvfp4)");
+  cmd->add_option("--decode-weights", o->decode_weights, "checkpoint for the decode phase");
+  cmd->add_option("--decode-compute", o->decode_compute, "weight_only (default)");
   cmd->add_option("--prompt", o->prompt, "the user message");
   cmd->add_option("--system", o->system, "a system message");
   cmd->add_flag("--raw", o->raw, "no chat template: the prompt is the raw model input");

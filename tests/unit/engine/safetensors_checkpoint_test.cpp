@@ -139,7 +139,7 @@ TEST(Safetensors, WriterRejectsBadEntries) {
   const std::string path = TempDir("write_bad") + "/x.safetensors";
   const uint8_t block[18] = {};
   auto s = WriteSafetensors(path, {{"q", DType::kQ4_0, {32}, block}}, {});
-  EXPECT_THAT(s.message(), HasSubstr("only F32, F16, BF16 and I32"));
+  EXPECT_THAT(s.message(), HasSubstr("supported: F32, F16, BF16, I32"));
   const float f = 1;
   EXPECT_FALSE(
       WriteSafetensors(path, {{"a", DType::kF32, {1}, &f}, {"a", DType::kF32, {1}, &f}}, {}).ok());
@@ -165,8 +165,8 @@ TEST(Safetensors, RejectsCorruptHeaders) {
               HasSubstr("header length"));
   EXPECT_THAT(open_err(MakeSt("{not json", 0)), HasSubstr("not a valid JSON"));
   EXPECT_THAT(open_err(MakeSt("[1,2]", 0)), HasSubstr("not a valid JSON object"));
-  EXPECT_THAT(open_err(MakeSt(R"({"t":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}})", 2)),
-              HasSubstr("tensor 't' has dtype F8_E4M3"));
+  EXPECT_THAT(open_err(MakeSt(R"({"t":{"dtype":"F64","shape":[2],"data_offsets":[0,16]}})", 16)),
+              HasSubstr("tensor 't' has dtype F64"));
   EXPECT_THAT(open_err(MakeSt(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 4)),
               HasSubstr("outside the 4-byte data section"));
   EXPECT_THAT(open_err(MakeSt(R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8)),

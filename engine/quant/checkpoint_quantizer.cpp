@@ -1,0 +1,228 @@
+#include "engine/quant/checkpoint_quantizer.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "engine/checkpoint/safetensors_checkpoint.h"
+#include "engine/model/hf_export.h"
+#include "engine/model/model_runner.h"
+#include "engine/model/tensor_names.h"
+#include "engine/quant/ggml_blocks.h"
+#include "engine/quant/weight_codec.h"
+
+namespace dq {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Input amax per (layer, which input), from a calibration pass.
+using ActAmax = std::map<std::pair<int, LinearInput>, float>;
+
+struct Job {
+  const Model& src;
+  const QuantizeCheckpointOptions& opt;
+  const WeightCodec* codec = nullptr;  // null: plain bf16/f32 linear layers
+  TensorNames src_names;
+  TensorNames out_names{false};
+  std::deque<std::vector<uint8_t>> bytes;  // owns everything `entries` points to
+  std::vector<SafetensorsEntry> entries;
+  std::set<std::string> consumed;
+  ActAmax act_amax;
+};
+
+absl::StatusOr<std::vector<float>> ReadF32(Job& job, const std::string& name) {
+  const TensorView* t = job.src.checkpoint->Find(name);
+  if (t == nullptr) return absl::NotFoundError("source checkpoint has no tensor '" + name + "'");
+  job.consumed.insert(name);
+  std::vector<float> v(t->numel());
+  const int64_t cols = t->cols();
+  for (int64_t r = 0; r < t->rows(); ++r) {
+    DequantizeRow(t->dtype, t->data + r * DTypeRowBytes(t->dtype, cols), &v[r * cols], cols);
+  }
+  return v;
+}
+
+void AddPlain(Job& job, const std::string& name, DType dtype, std::vector<int64_t> shape,
+              const std::vector<float>& v) {
+  std::vector<uint8_t> b(v.size() * DTypeBlockBytes(dtype));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (dtype == DType::kF32) {
+      std::memcpy(&b[i * 4], &v[i], 4);
+    } else {
+      const uint16_t h = dtype == DType::kBF16 ? F32ToBF16(v[i]) : F32ToF16(v[i]);
+      std::memcpy(&b[i * 2], &h, 2);
+    }
+  }
+  job.bytes.push_back(std::move(b));
+  job.entries.push_back({name, dtype, std::move(shape), job.bytes.back().data()});
+}
+
+void AddQuantized(Job& job, const std::string& prefix, QuantizedTensors& q, float act_amax) {
+  for (auto& [suffix, part] : q.view.parts) {
+    job.bytes.emplace_back(part.data, part.data + part.nbytes);
+    job.entries.push_back({prefix + "." + suffix, part.dtype, part.shape, job.bytes.back().data()});
+  }
+  if (act_amax > 0.0f) {
+    // compressed-tensors convention: input_global_scale = 6 * 448 / amax.
+    AddPlain(job, prefix + ".input_global_scale", DType::kF32, {1}, {6.0f * 448.0f / act_amax});
+  }
+}
+
+float Amax(const std::vector<float>& v) {
+  float m = 0.0f;
+  for (float x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+
+struct LinearSpec {
+  const char* role;  // GGUF short name
+  LinearInput input;
+};
+constexpr LinearSpec kLinears[] = {
+    {"attn_q", LinearInput::kQkv},      {"attn_k", LinearInput::kQkv},
+    {"attn_v", LinearInput::kQkv},      {"attn_output", LinearInput::kO},
+    {"ffn_gate", LinearInput::kGateUp}, {"ffn_up", LinearInput::kGateUp},
+    {"ffn_down", LinearInput::kDown}};
+
+absl::Status QuantizeLayer(Job& job, int layer) {
+  std::map<std::string, std::vector<float>> w;
+  std::map<std::string, std::vector<int64_t>> shape;
+  for (const LinearSpec& s : kLinears) {
+    const std::string name = job.src_names.Layer(layer, s.role);
+    DQ_ASSIGN_OR_RETURN(w[s.role], ReadF32(job, name));
+    shape[s.role] = job.src.checkpoint->Find(name)->shape;
+  }
+  // NVFP4: q/k/v share one global scale, as do gate/up.
+  const float qkv_amax = std::max({Amax(w["attn_q"]), Amax(w["attn_k"]), Amax(w["attn_v"])});
+  const float gate_up_amax = std::max(Amax(w["ffn_gate"]), Amax(w["ffn_up"]));
+  for (const LinearSpec& s : kLinears) {
+    const std::string prefix = job.out_names.Layer(layer, s.role);
+    const std::string base = prefix.substr(0, prefix.size() - std::string(".weight").size());
+    const auto& sh = shape[s.role];
+    if (job.codec == nullptr) {
+      AddPlain(job, prefix, job.opt.format == "f32" ? DType::kF32 : DType::kBF16, sh, w[s.role]);
+      continue;
+    }
+    QuantizeOptions qo;
+    qo.group_size = job.opt.group_size;
+    if (s.input == LinearInput::kQkv) qo.shared_amax = qkv_amax;
+    if (s.input == LinearInput::kGateUp) qo.shared_amax = gate_up_amax;
+    auto q = job.codec->Quantize(w[s.role].data(), sh[0], sh[1], qo);
+    if (!q.ok())
+      return absl::Status(q.status().code(), base + ": " + std::string(q.status().message()));
+    auto it = job.act_amax.find({layer, s.input});
+    AddQuantized(job, base, *q, it == job.act_amax.end() ? 0.0f : it->second);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NormsOf(Job& job, int layer) {
+  std::vector<const char*> roles = {"attn_norm", "ffn_norm"};
+  if (job.src.config.qk_norm) roles.insert(roles.end(), {"attn_q_norm", "attn_k_norm"});
+  for (const char* role : roles) {
+    DQ_ASSIGN_OR_RETURN(std::vector<float> v, ReadF32(job, job.src_names.Layer(layer, role)));
+    AddPlain(job, job.out_names.Layer(layer, role), DType::kF32, {static_cast<int64_t>(v.size())},
+             v);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Calibrate(Job& job) {
+  std::ifstream f(job.opt.calib_file, std::ios::binary);
+  if (!f) return absl::NotFoundError("cannot read calibration text " + job.opt.calib_file);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::vector<int32_t> ids = job.src.tokenizer.Encode(ss.str(), /*parse_special=*/false);
+  if (ids.empty()) return absl::InvalidArgumentError("the calibration text has no tokens");
+  if (static_cast<int>(ids.size()) > job.opt.calib_tokens) ids.resize(job.opt.calib_tokens);
+  ModelRunnerOptions ro;
+  ro.threads = job.opt.threads;
+  ro.kv_capacity = static_cast<int>(ids.size()) + 16;
+  DQ_ASSIGN_OR_RETURN(auto runner, ModelRunner::Create(*job.src.checkpoint, job.src.config, ro));
+  runner->SetPrefillObserver(
+      [&](int layer, LinearInput which, const float* x, int64_t rows, int64_t n) {
+        float& a = job.act_amax[{layer, which}];
+        for (int64_t i = 0; i < rows * n; ++i) a = std::max(a, std::abs(x[i]));
+      });
+  KvSequence seq;
+  runner->kv_pool().extend(seq, static_cast<int>(ids.size()));
+  BatchLogits logits;
+  DQ_RETURN_IF_ERROR(runner->Forward(Batch{Phase::kPrefill, {{&seq, ids, false}}}, &logits));
+  if (job.opt.progress) {
+    std::fprintf(stderr, "dq-quantize: calibrated activation scales on %zu tokens\n", ids.size());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckAllConsumed(const Job& job) {
+  for (const TensorView& t : job.src.checkpoint->tensors()) {
+    if (job.consumed.count(t.name) == 0 && t.name != "rope_freqs.weight") {
+      return absl::UnimplementedError(absl::StrCat(
+          "source tensor '", t.name, "' is not part of the ", job.src.config.architecture,
+          " graph dqserve knows; refusing to drop it silently"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteOutputs(Job& job, const std::string& out_dir) {
+  fs::create_directories(out_dir);
+  std::map<std::string, std::string> meta = {{"format", "pt"}, {"producer", "dq-quantize"}};
+  DQ_RETURN_IF_ERROR(
+      WriteSafetensors((fs::path(out_dir) / "model.safetensors").string(), job.entries, meta));
+  nlohmann::json config = HfConfigJson(job.src.config);
+  if (job.codec != nullptr) {
+    QuantConfig q;
+    q.method = "dqserve";
+    q.scheme = std::string(job.codec->scheme());
+    q.group_size = job.opt.group_size;
+    config["quantization_config"] = q.ToJson();
+  }
+  std::ofstream(fs::path(out_dir) / "config.json") << config.dump(2) << "\n";
+  return WriteTokenizerFiles(job.src.path, out_dir);
+}
+
+}  // namespace
+
+absl::Status QuantizeCheckpoint(const Model& source, const std::string& out_dir,
+                                const QuantizeCheckpointOptions& opt) {
+  if (source.config.quant.quantized()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the source checkpoint is already quantized (", source.config.quant.scheme,
+                     "); quantize from the original bf16/f32 or GGUF model"));
+  }
+  Job job{source, opt, nullptr, TensorNames(source.checkpoint->format() == "gguf")};
+  if (opt.format != "bf16" && opt.format != "f32") {
+    DQ_ASSIGN_OR_RETURN(job.codec, FindWeightCodec(opt.format));
+  }
+  if (!opt.calib_file.empty()) DQ_RETURN_IF_ERROR(Calibrate(job));
+  const ModelConfig& c = source.config;
+  DQ_ASSIGN_OR_RETURN(std::vector<float> emb, ReadF32(job, job.src_names.Embedding()));
+  AddPlain(job, job.out_names.Embedding(), opt.embedding_dtype, {c.vocab_size, c.hidden_size}, emb);
+  DQ_ASSIGN_OR_RETURN(std::vector<float> norm, ReadF32(job, job.src_names.FinalNorm()));
+  AddPlain(job, job.out_names.FinalNorm(), DType::kF32, {c.hidden_size}, norm);
+  if (source.checkpoint->Find(job.src_names.LmHead()) != nullptr) {
+    DQ_ASSIGN_OR_RETURN(std::vector<float> head, ReadF32(job, job.src_names.LmHead()));
+    AddPlain(job, job.out_names.LmHead(), opt.embedding_dtype, {c.vocab_size, c.hidden_size}, head);
+  }
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    if (opt.progress) {
+      std::fprintf(stderr, "\rdq-quantize: layer %d/%d (%s)", layer + 1, c.num_layers,
+                   opt.format.c_str());
+    }
+    DQ_RETURN_IF_ERROR(NormsOf(job, layer));
+    DQ_RETURN_IF_ERROR(QuantizeLayer(job, layer));
+  }
+  if (opt.progress) std::fprintf(stderr, "\n");
+  DQ_RETURN_IF_ERROR(CheckAllConsumed(job));
+  return WriteOutputs(job, out_dir);
+}
+
+}  // namespace dq

@@ -1,0 +1,240 @@
+// dq-tool fidelity: how far a deployment's per-phase formats move the model's predictions.
+// Teacher-forced over a fixed text: the first --prefix tokens run as one prefill on the prefill
+// weights, every later token as a single-token decode step on the decode weights (reading the
+// prefill's KV, as a disaggregated deployment does). Each position's next-token distribution
+// is compared with the reference model's: KL(ref || run), top-1 agreement, perplexity.
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "absl/strings/str_split.h"
+#include "engine/model/model_loader.h"
+#include "engine/model/model_runner.h"
+#include "tools/dq_tool/commands.h"
+
+namespace dq::tool {
+namespace {
+
+struct FidelityOptions {
+  std::string reference;
+  std::string text_file;
+  std::vector<std::string> runs;  // "label=PREFILL[:mode][,DECODE[:mode]]"
+  int tokens = 384;
+  int prefix = 192;
+  int threads = 0;
+  bool json = false;
+};
+
+struct RunSpec {
+  std::string label;
+  std::string prefill_path, decode_path;
+  ComputeMode prefill_mode = ComputeMode::kWeightOnly, decode_mode = ComputeMode::kWeightOnly;
+};
+
+struct Stats {  // sums over positions
+  double kl = 0, nll = 0;
+  int agree = 0, n = 0;
+  nlohmann::json Json() const {
+    return {{"positions", n},
+            {"kl", n ? kl / n : 0.0},
+            {"top1_agreement", n ? double(agree) / n : 0.0},
+            {"perplexity", n ? std::exp(nll / n) : 0.0}};
+  }
+};
+
+absl::StatusOr<RunSpec> ParseRun(const std::string& s) {
+  RunSpec r;
+  const size_t eq = s.find('=');
+  if (eq == std::string::npos)
+    return absl::InvalidArgumentError("--run needs LABEL=PREFILL[:MODE][,DECODE[:MODE]]: " + s);
+  r.label = s.substr(0, eq);
+  std::vector<std::string> phases = absl::StrSplit(s.substr(eq + 1), ',');
+  auto parse = [](const std::string& p, std::string* path, ComputeMode* mode) -> absl::Status {
+    const size_t colon = p.rfind(':');
+    *path = colon == std::string::npos ? p : p.substr(0, colon);
+    if (colon == std::string::npos) return absl::OkStatus();
+    DQ_ASSIGN_OR_RETURN(*mode, ParseComputeMode(p.substr(colon + 1)));
+    return absl::OkStatus();
+  };
+  DQ_RETURN_IF_ERROR(parse(phases[0], &r.prefill_path, &r.prefill_mode));
+  // One phase given: both phases run it, in the same compute mode.
+  r.decode_path = r.prefill_path;
+  r.decode_mode = r.prefill_mode;
+  if (phases.size() > 1) DQ_RETURN_IF_ERROR(parse(phases[1], &r.decode_path, &r.decode_mode));
+  return r;
+}
+
+// Next-token logits at every position: positions [0, prefix) from one prefill, the rest from
+// single-token decode steps.
+absl::StatusOr<std::vector<std::vector<float>>> AllLogits(ModelRunner& runner,
+                                                          const std::vector<int32_t>& ids,
+                                                          int prefix) {
+  KvSequence seq;
+  runner.kv_pool().extend(seq, static_cast<int>(ids.size()));
+  std::vector<std::vector<float>> out;
+  BatchLogits logits;
+  Batch pre{Phase::kPrefill, {{&seq, std::span(ids).first(prefix), true}}};
+  DQ_RETURN_IF_ERROR(runner.Forward(pre, &logits));
+  for (int p = 0; p < prefix; ++p) out.emplace_back(logits.row(p), logits.row(p) + logits.vocab);
+  for (size_t t = prefix; t < ids.size(); ++t) {
+    Batch step{Phase::kDecode, {{&seq, std::span(ids).subspan(t, 1), false}}};
+    DQ_RETURN_IF_ERROR(runner.Forward(step, &logits));
+    out.emplace_back(logits.row(0), logits.row(0) + logits.vocab);
+  }
+  runner.kv_pool().release(seq);
+  return out;
+}
+
+std::vector<double> LogSoftmax(const std::vector<float>& x) {
+  double mx = -INFINITY, sum = 0;
+  for (float v : x) mx = std::max(mx, double{v});
+  for (float v : x) sum += std::exp(v - mx);
+  std::vector<double> out(x.size());
+  const double lse = mx + std::log(sum);
+  for (size_t i = 0; i < x.size(); ++i) out[i] = x[i] - lse;
+  return out;
+}
+
+void Accumulate(const std::vector<float>& ref, const std::vector<float>& run, int32_t next,
+                Stats& s) {
+  const std::vector<double> lr = LogSoftmax(ref), lq = LogSoftmax(run);
+  double kl = 0;
+  for (size_t i = 0; i < lr.size(); ++i) kl += std::exp(lr[i]) * (lr[i] - lq[i]);
+  s.kl += kl;
+  s.nll -= lq[next];
+  s.agree += std::max_element(ref.begin(), ref.end()) - ref.begin() ==
+             std::max_element(run.begin(), run.end()) - run.begin();
+  ++s.n;
+}
+
+class ModelCache {
+ public:
+  absl::StatusOr<Model*> Get(const std::string& path) {
+    auto it = models_.find(path);
+    if (it != models_.end()) return it->second.get();
+    DQ_ASSIGN_OR_RETURN(auto m, LoadModel(path));
+    return (models_[path] = std::move(m)).get();
+  }
+
+ private:
+  std::map<std::string, std::unique_ptr<Model>> models_;
+};
+
+absl::StatusOr<nlohmann::json> EvaluateRun(const RunSpec& r, ModelCache& cache,
+                                           const std::vector<int32_t>& ids,
+                                           const std::vector<std::vector<float>>& ref,
+                                           const FidelityOptions& o) {
+  DQ_ASSIGN_OR_RETURN(Model * pm, cache.Get(r.prefill_path));
+  DQ_ASSIGN_OR_RETURN(Model * dm, cache.Get(r.decode_path));
+  ModelRunnerOptions ro;
+  ro.threads = o.threads;
+  ro.kv_capacity = static_cast<int>(ids.size()) + 16;
+  DQ_ASSIGN_OR_RETURN(
+      auto runner,
+      ModelRunner::Create(PhaseWeights{pm->checkpoint.get(), &pm->config, r.prefill_mode},
+                          PhaseWeights{dm->checkpoint.get(), &dm->config, r.decode_mode}, ro));
+  DQ_ASSIGN_OR_RETURN(auto logits, AllLogits(*runner, ids, o.prefix));
+  Stats prefill, decode, all;
+  for (size_t t = 0; t + 1 < ids.size(); ++t) {
+    Accumulate(ref[t], logits[t], ids[t + 1], static_cast<int>(t) < o.prefix ? prefill : decode);
+    Accumulate(ref[t], logits[t], ids[t + 1], all);
+  }
+  return nlohmann::json{
+      {"label", r.label},
+      {"prefill", {{"weights", r.prefill_path}, {"compute", ComputeModeName(r.prefill_mode)}}},
+      {"decode", {{"weights", r.decode_path}, {"compute", ComputeModeName(r.decode_mode)}}},
+      {"prefill_side", prefill.Json()},
+      {"decode_side", decode.Json()},
+      {"all", all.Json()}};
+}
+
+absl::StatusOr<std::vector<int32_t>> TextTokens(const FidelityOptions& o, const Model& ref) {
+  std::ifstream f(o.text_file, std::ios::binary);
+  if (!f) return absl::NotFoundError("cannot read --text " + o.text_file);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::vector<int32_t> ids = ref.tokenizer.Encode(ss.str(), /*parse_special=*/false);
+  if (static_cast<int>(ids.size()) < o.tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the text has ", ids.size(), " tokens; --tokens asks for ", o.tokens));
+  }
+  if (o.prefix < 1 || o.prefix >= o.tokens) {
+    return absl::InvalidArgumentError("--prefix must be in [1, --tokens)");
+  }
+  ids.resize(o.tokens);
+  return ids;
+}
+
+void PrintTable(const nlohmann::json& report) {
+  std::printf("%-28s %10s %8s %8s %10s %8s %8s\n", "run", "KL prefill", "top1", "ppl", "KL decode",
+              "top1", "ppl");
+  for (const auto& r : report["runs"]) {
+    const auto &p = r["prefill_side"], &d = r["decode_side"];
+    std::printf("%-28s %10.5f %7.1f%% %8.3f %10.5f %7.1f%% %8.3f\n",
+                r["label"].get<std::string>().c_str(), p["kl"].get<double>(),
+                100 * p["top1_agreement"].get<double>(), p["perplexity"].get<double>(),
+                d["kl"].get<double>(), 100 * d["top1_agreement"].get<double>(),
+                d["perplexity"].get<double>());
+  }
+}
+
+absl::Status RunFidelity(const FidelityOptions& o) {
+  ModelCache cache;
+  DQ_ASSIGN_OR_RETURN(Model * ref, cache.Get(o.reference));
+  DQ_ASSIGN_OR_RETURN(std::vector<int32_t> ids, TextTokens(o, *ref));
+  std::vector<RunSpec> specs;
+  for (const std::string& s : o.runs) {
+    DQ_ASSIGN_OR_RETURN(RunSpec r, ParseRun(s));
+    specs.push_back(r);
+  }
+  ModelRunnerOptions ro;
+  ro.threads = o.threads;
+  ro.kv_capacity = o.tokens + 16;
+  DQ_ASSIGN_OR_RETURN(auto ref_runner, ModelRunner::Create(*ref->checkpoint, ref->config, ro));
+  DQ_ASSIGN_OR_RETURN(auto ref_logits, AllLogits(*ref_runner, ids, o.tokens));
+  nlohmann::json report = {{"reference", o.reference},
+                           {"text", o.text_file},
+                           {"tokens", o.tokens},
+                           {"prefix", o.prefix},
+                           {"runs", nlohmann::json::array()}};
+  for (size_t i = 0; i < specs.size(); ++i) {
+    std::fprintf(stderr, "fidelity: [%zu/%zu] %s\n", i + 1, specs.size(), specs[i].label.c_str());
+    DQ_ASSIGN_OR_RETURN(nlohmann::json r, EvaluateRun(specs[i], cache, ids, ref_logits, o));
+    report["runs"].push_back(r);
+  }
+  if (o.json) {
+    std::cout << report.dump(2) << "\n";
+  } else {
+    PrintTable(report);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterFidelity(CLI::App& app, int* exit_code) {
+  auto o = std::make_shared<FidelityOptions>();
+  CLI::App* cmd = app.add_subcommand("fidelity", "KL / top-1 / perplexity of per-phase formats");
+  cmd->add_option("--reference", o->reference, "the model as shipped")->required();
+  cmd->add_option("--text", o->text_file, "text to teacher-force")->required();
+  cmd->add_option("--run", o->runs,
+                  "LABEL=PREFILL[:MODE][,DECODE[:MODE]] (MODE: weight_only, w8a8, w4a4); "
+                  "repeatable")
+      ->required();
+  cmd->add_option("--tokens", o->tokens, "tokens of the text to use");
+  cmd->add_option("--prefix", o->prefix, "tokens run as the prefill phase");
+  cmd->add_option("--threads", o->threads, "CPU threads");
+  cmd->add_flag("--json", o->json, "print JSON instead of a table");
+  cmd->callback([o, exit_code] {
+    const absl::Status s = RunFidelity(*o);
+    if (!s.ok()) {
+      std::cerr << "error: " << s.message() << "\n";
+      *exit_code = 1;
+    }
+  });
+}
+
+}  // namespace dq::tool
