@@ -12,7 +12,8 @@ work=${DQ_WORK:-build/fidelity}
 tokens=${TOKENS:-512}
 prefix=${PREFIX:-256}
 mkdir -p "$work"
-for spec in bf16 fp8 nvfp4 int4:128 int3:128 int2:64 lut3 lut2; do
+# SmolLM2's widths (576, 1536) are multiples of 64, not 128.
+for spec in bf16 fp8 nvfp4 int4:64 int3:64 int2:32 lut3 lut2; do
   fmt=${spec%%:*}; group=""
   [[ $spec == *:* ]] && group="--group-size ${spec##*:}"
   [ -f "$work/$fmt/model.safetensors" ] && continue
@@ -28,9 +29,9 @@ w=$work
   --run "nvfp4 w4a4 (both phases)=$w/nvfp4:w4a4" \
   --run "nvfp4a16 (both phases)=$w/nvfp4" \
   --run "nvfp4 format-disagg=$w/nvfp4:w4a4,$w/nvfp4:weight_only" \
-  --run "int4 g128=$w/int4" \
-  --run "int3 g128=$w/int3" \
-  --run "int2 g64=$w/int2" \
+  --run "int4 g64=$w/int4" \
+  --run "int3 g64=$w/int3" \
+  --run "int2 g32=$w/int2" \
   --run "lut3=$w/lut3" \
   --run "lut2=$w/lut2" \
   --run "full disagg nvfp4 -> lut2=$w/nvfp4:w4a4,$w/lut2" \

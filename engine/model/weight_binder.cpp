@@ -83,18 +83,12 @@ absl::StatusOr<LinearWeight> WeightBinder::Matrix(const std::string& name, int64
                                                    absl::StrJoin(t->shape, ", "), "], expected [",
                                                    out, ", ", in, "]"));
   }
-  switch (t->dtype) {
-    case DType::kF32:
-    case DType::kF16:
-    case DType::kBF16:
-    case DType::kQ4_0:
-    case DType::kQ4_1:
-    case DType::kQ8_0:
-      break;
-    default:
-      return absl::UnimplementedError(absl::StrCat("tensor '", name, "' has type ",
-                                                   DTypeName(t->dtype),
-                                                   ", which linear layers cannot use yet"));
+  // Float matrices and every GGUF block type DotRow knows are used in place.
+  const bool usable = t->dtype == DType::kF32 || t->dtype == DType::kF16 ||
+                      t->dtype == DType::kBF16 || DTypeBlockElems(t->dtype) > 1;
+  if (!usable) {
+    return absl::UnimplementedError(absl::StrCat(
+        "tensor '", name, "' has type ", DTypeName(t->dtype), ", which linear layers cannot use"));
   }
   LinearWeight w;
   w.dtype = t->dtype;

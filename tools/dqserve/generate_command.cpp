@@ -45,6 +45,7 @@ class ChatSession {
     DQ_ASSIGN_OR_RETURN(auto results, gen.Generate(std::span(&req, 1), on_text));
     const GenerationResult& r = results[0];
     std::printf("\n");
+    std::fflush(stdout);
     const double tps = r.decode_seconds > 0 ? (r.tokens.size() - 1) / r.decode_seconds : 0;
     std::fprintf(stderr,
                  "[%d prompt tokens in %.3f s (%.1f tok/s); %zu generated, decode %.1f tok/s; "

@@ -180,37 +180,5 @@ TEST(GgmlBlocks, DotRowAgreesWithDequantize) {
   }
 }
 
-// Not a pass/fail check (shared CI machines are noisy): prints single-core matvec throughput
-// for the decode shape of SmolLM2's MLP (576 x 1536).
-TEST(GgmlBlocks, DotRowThroughput) {
-#ifndef NDEBUG
-  GTEST_SKIP() << "timing is only meaningful in optimized builds";
-#endif
-  constexpr int64_t kRows = 576, kCols = 1536;
-  std::mt19937 rng(5);
-  std::vector<float> x(kCols), y(kRows);
-  for (float& v : x) v = std::normal_distribution<float>(0, 1)(rng);
-  for (DType t : {DType::kQ4_1, DType::kQ8_0, DType::kQ4_0, DType::kF16, DType::kF32}) {
-    const int64_t rb = DTypeRowBytes(t, kCols);
-    std::vector<uint8_t> m;
-    for (int64_t r = 0; r < kRows; ++r) {
-      std::vector<uint8_t> row = RandomRow(t, kCols, rng);
-      m.insert(m.end(), row.begin(), row.end());
-    }
-    int reps = 0;
-    const auto start = std::chrono::steady_clock::now();
-    double secs = 0;
-    do {
-      for (int64_t r = 0; r < kRows; ++r) y[r] = DotRow(t, m.data() + r * rb, x.data(), kCols);
-      ++reps;
-      secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    } while (secs < 0.2);
-    const double gws = static_cast<double>(reps) * kRows * kCols / secs / 1e9;
-    std::printf("DotRow %-5s 576x1536: %.2f G weights/s (%.1f us per matvec)\n",
-                std::string(DTypeName(t)).c_str(), gws, secs / reps * 1e6);
-    EXPECT_TRUE(std::isfinite(y[0]));
-  }
-}
-
 }  // namespace
 }  // namespace dq

