@@ -20,12 +20,18 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::RunChunks() {
+void ThreadPool::RunChunks(uint64_t gen) {
   for (;;) {
-    const int64_t c = next_chunk_.fetch_add(1);
-    if (c >= num_chunks_) break;
-    const int64_t begin = c * chunk_size_;
-    (*body_)(begin, std::min(n_, begin + chunk_size_));
+    uint64_t w = work_.load(std::memory_order_acquire);
+    if ((w >> 32) != (gen & 0xffffffffu)) return;  // a newer loop: ours is fully claimed
+    const int64_t c = static_cast<int64_t>(w & 0xffffffffu);
+    if (c >= num_chunks_.load(std::memory_order_relaxed)) return;
+    if (!work_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel)) continue;
+    const int64_t size = chunk_size_.load(std::memory_order_relaxed);
+    const int64_t begin = c * size;
+    (*body_.load(std::memory_order_relaxed))(
+        begin, std::min(n_.load(std::memory_order_relaxed), begin + size));
+    done_.fetch_add(1, std::memory_order_acq_rel);
   }
 }
 
@@ -49,8 +55,7 @@ void ThreadPool::WorkerLoop(int index) {
     }
     seen = generation_.load(std::memory_order_acquire);
     if (stop_) return;
-    RunChunks();
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    RunChunks(seen);
   }
 }
 
@@ -64,21 +69,24 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   }
   // A few chunks per thread balance uneven rows without much scheduling cost.
   const int64_t target_chunks = static_cast<int64_t>(num_threads_) * 4;
-  chunk_size_ = std::max(grain, (n + target_chunks - 1) / target_chunks);
-  num_chunks_ = (n + chunk_size_ - 1) / chunk_size_;
-  n_ = n;
-  body_ = &body;
-  next_chunk_.store(0);
-  pending_.store(num_threads_ - 1);
+  const int64_t chunk_size = std::max(grain, (n + target_chunks - 1) / target_chunks);
+  const int64_t num_chunks = (n + chunk_size - 1) / chunk_size;
+  // Publish the loop, then its generation: a worker that sees the new work_ sees the fields.
+  chunk_size_.store(chunk_size, std::memory_order_relaxed);
+  num_chunks_.store(num_chunks, std::memory_order_relaxed);
+  n_.store(n, std::memory_order_relaxed);
+  body_.store(&body, std::memory_order_relaxed);
+  done_.store(0, std::memory_order_relaxed);
+  const uint64_t gen = generation_.load(std::memory_order_relaxed) + 1;
+  work_.store((gen & 0xffffffffu) << 32, std::memory_order_release);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    generation_.fetch_add(1, std::memory_order_acq_rel);
+    generation_.store(gen, std::memory_order_release);
   }
   cv_.notify_all();
-  RunChunks();
-  // Spin briefly, then yield: on an oversubscribed machine the worker we wait for may need
-  // this core.
-  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+  RunChunks(gen);
+  // Wait for chunks still running on workers; never for idle or descheduled workers.
+  for (int spins = 0; done_.load(std::memory_order_acquire) != num_chunks; ++spins) {
     if (spins < 2000) {
 #if defined(__x86_64__)
       __builtin_ia32_pause();

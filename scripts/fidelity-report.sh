@@ -5,7 +5,7 @@
 # Writes docs/fidelity.json and docs/fidelity.md.   Usage: scripts/fidelity-report.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh release >&2
+[ "${DQ_SKIP_SETUP:-0}" = 1 ] || scripts/setup.sh release >&2
 bin=build/release/bin
 ref=models/SmolLM2-135M-Instruct.Q4_1.gguf
 work=${DQ_WORK:-build/fidelity}

@@ -70,7 +70,8 @@ void MatMul(const LinearWeight& w, const float* x, int64_t rows, float* y, Threa
     // the dequantized images (exact products, fp32 accumulation).
     std::vector<float> xq(x, x + rows * w.in_features);
     for (int64_t m = 0; m < rows; ++m) {
-      w.codec->QuantizeActivations(w.mode, w.act_amax, &xq[m * w.in_features], w.in_features);
+      w.codec->QuantizeActivations(w.mode, w.act_global_scale, &xq[m * w.in_features],
+                                   w.in_features);
     }
     return MatMulTiled(w, xq.data(), rows, y, pool);
   }

@@ -19,7 +19,9 @@ struct LinearWeight {
   QuantizedView quantized;
   std::shared_ptr<const QuantizedTensors> owned_quantized;  // when converted at load (GPTQ)
   ComputeMode mode = ComputeMode::kWeightOnly;
-  float act_amax = 0.0f;  // w4a4: calibrated amax of this layer's input (0: per-row dynamic)
+  // w4a4: the layer's static activation global scale (input_global_scale = 6 * 448 / calibrated
+  // input amax, as stored); 0: per-row dynamic.
+  float act_global_scale = 0.0f;
 
   DType dtype = DType::kF32;
   int64_t out_features = 0;

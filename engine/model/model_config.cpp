@@ -94,6 +94,18 @@ absl::StatusOr<ModelConfig> ModelConfigFromHfJson(const nlohmann::json& j) {
     return absl::InvalidArgumentError(
         absl::StrCat("config.json: missing or mistyped field: ", e.what()));
   }
+  // transformers >= 5 writes the RoPE base (and any scaling) only in "rope_parameters".
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
+    const nlohmann::json& rp = j["rope_parameters"];
+    if (rp.contains("rope_theta") && rp["rope_theta"].is_number()) {
+      c.rope_theta = rp["rope_theta"].get<float>();
+    }
+    const std::string type = rp.value("rope_type", std::string("default"));
+    if (type != "default") {
+      return absl::UnimplementedError("config.json: rope_parameters.rope_type '" + type +
+                                      "' is not supported yet; only 'default'");
+    }
+  }
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
     return absl::UnimplementedError(
         "config.json: rope_scaling is not supported yet; remove it or use a model without it");

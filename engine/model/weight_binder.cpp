@@ -58,7 +58,7 @@ absl::StatusOr<LinearWeight> WeightBinder::QuantizedMatrix(const std::string& pr
       return absl::InvalidArgumentError(
           absl::StrCat("tensor '", prefix, ".input_global_scale' must be positive, got ", g));
     }
-    w.act_amax = 6.0f * 448.0f / g;
+    w.act_global_scale = g;
   }
   return w;
 }

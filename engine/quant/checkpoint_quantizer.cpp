@@ -70,8 +70,8 @@ void AddQuantized(Job& job, const std::string& prefix, QuantizedTensors& q, floa
     job.entries.push_back({prefix + "." + suffix, part.dtype, part.shape, job.bytes.back().data()});
   }
   if (act_amax > 0.0f) {
-    // compressed-tensors convention: input_global_scale = 6 * 448 / amax.
-    AddPlain(job, prefix + ".input_global_scale", DType::kF32, {1}, {6.0f * 448.0f / act_amax});
+    // compressed-tensors' convention and arithmetic: input_global_scale = (1 / amax) * 6 * 448.
+    AddPlain(job, prefix + ".input_global_scale", DType::kF32, {1}, {(1.0f / act_amax) * 2688.0f});
   }
 }
 

@@ -159,7 +159,8 @@ class Fp8WeightCodec final : public WeightCodec {
     return mode == ComputeMode::kWeightOnly || mode == ComputeMode::kW8A8;
   }
 
-  void QuantizeActivations(ComputeMode mode, float act_amax, float* x, int64_t n) const override {
+  void QuantizeActivations(ComputeMode mode, float /*act_global_scale*/, float* x,
+                           int64_t n) const override {
     if (mode != ComputeMode::kW8A8) return;
     const float s = ScaleFromAmax(FiniteAmax(x, n));
     for (int64_t i = 0; i < n; ++i) x[i] = E4M3ToFloat(FloatToE4M3(x[i] / s)) * s;

@@ -32,12 +32,11 @@
 // there), a negative weight that rounds to zero as -0 (nibble 8), both as in compressed-tensors.
 // Non-finite weights (our definition; the reference leaves them undefined): they are left out
 // of every amax, +-inf saturates to +-6 * e_b and NaN is stored as 0.
-// Activations (w4a4): G_a computed from the calibrated act_amax exactly as G from amax (the
-// row's own finite amax when act_amax <= 0); block scales are computed per token as for
-// weights, and x is replaced by its dequantized image. compressed-tensors stores G_a as
-// "input_global_scale", so a loader passes act_amax = 2688 / input_global_scale. NaN activations
-// stay NaN.
-// Idempotence (static act_amax): re-quantizing a dequantized row gives the same row whenever every
+// Activations (w4a4): G_a is the stored input_global_scale, used as is (or, when none is given,
+// computed from the row's own finite amax exactly as G from amax); block scales are computed per
+// token as for weights, and x is replaced by its dequantized image. compressed-tensors stores G_a
+// as "input_global_scale"; the loader passes it unchanged. NaN activations stay NaN.
+// Idempotence (static G_a): re-quantizing a dequantized row gives the same row whenever every
 // block scale is an E4M3 normal (>= 2^-6): the scale is then off by at most 2^-4, so the block
 // max maps to exactly +-6 again and the second pass finds the same scale. A subnormal scale can
 // be rounded up by a large fraction, after which the block max maps to 4 and the second pass
@@ -47,6 +46,7 @@
 // rounding cases, which does not matter for reading: DequantizeRow reproduces compressed-tensors'
 // fp32 dequantization of whatever bytes are stored.
 #include <algorithm>
+#include <array>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -149,12 +149,18 @@ class Nvfp4WeightCodec final : public WeightCodec {
     const uint8_t* packed = q.parts.at("weight_packed").data + r * (in / 2);
     const uint8_t* scales = q.parts.at("weight_scale").data + r * (in / kBlock);
     const float global = ReadGlobal(q);
+    // The 16 signed E2M1 values, looked up per nibble (this is the CPU decode hot loop).
+    static const std::array<float, 16> kValues = [] {
+      std::array<float, 16> v{};
+      for (int c = 0; c < 16; ++c) v[c] = E2M1ToFloat(static_cast<uint8_t>(c));
+      return v;
+    }();
     for (int64_t b = 0; b < in / kBlock; ++b) {
       const float step = E4M3ToFloat(scales[b]) / global;
       for (int j = 0; j < kBlock / 2; ++j) {
         const uint8_t byte = packed[b * (kBlock / 2) + j];
-        dst[b * kBlock + 2 * j] = E2M1ToFloat(byte & 0xF) * step;
-        dst[b * kBlock + 2 * j + 1] = E2M1ToFloat(byte >> 4) * step;
+        dst[b * kBlock + 2 * j] = kValues[byte & 0xF] * step;
+        dst[b * kBlock + 2 * j + 1] = kValues[byte >> 4] * step;
       }
     }
   }
@@ -163,9 +169,12 @@ class Nvfp4WeightCodec final : public WeightCodec {
     return mode == ComputeMode::kWeightOnly || mode == ComputeMode::kW4A4;
   }
 
-  void QuantizeActivations(ComputeMode mode, float act_amax, float* x, int64_t n) const override {
+  void QuantizeActivations(ComputeMode mode, float act_global_scale, float* x,
+                           int64_t n) const override {
     if (mode != ComputeMode::kW4A4) return;
-    const float global = GlobalScaleFromAmax(act_amax > 0.0f ? act_amax : FiniteAmax(x, n));
+    // The stored static scale is used as is (re-deriving it from an amax can move it an ulp).
+    const float global =
+        act_global_scale > 0.0f ? act_global_scale : GlobalScaleFromAmax(FiniteAmax(x, n));
     // A trailing partial block (n not a multiple of 16) is quantized as a shorter block.
     for (int64_t b = 0; b < n; b += kBlock) {
       FakeQuantBlock(x + b, std::min<int64_t>(kBlock, n - b), global);

@@ -80,9 +80,11 @@ class WeightCodec {
   // Whether the scheme defines activation quantization for `mode` (kWeightOnly: always).
   virtual bool Supports(ComputeMode mode) const { return mode == ComputeMode::kWeightOnly; }
   // Replaces `n` activation values in place by their quantize-dequantize image under `mode`
-  // (one token's row). `act_global` is the static activation scale parameter where the mode has
-  // one (nvfp4 w4a4: the calibrated activation amax); ignored otherwise.
-  virtual void QuantizeActivations(ComputeMode mode, float act_amax, float* x, int64_t n) const {}
+  // (one token's row). `act_global_scale` is the static activation scale where the mode has one
+  // (nvfp4 w4a4: the checkpoint's input_global_scale, compressed-tensors' convention
+  // 6 * 448 / calibrated amax, used as stored); <= 0 means per-row dynamic. Ignored otherwise.
+  virtual void QuantizeActivations(ComputeMode mode, float act_global_scale, float* x,
+                                   int64_t n) const {}
 };
 
 // The codec for a scheme name ("fp8", "nvfp4", "int2", "int3", "int4", "int8", "lut2",

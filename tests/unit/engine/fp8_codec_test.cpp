@@ -161,7 +161,7 @@ TEST(Fp8CodecTest, W8A8ActivationsIdempotentAndBounded) {
   for (int r = 0; r < 2; ++r) {
     std::vector<float> x(x0.begin() + r * 256, x0.begin() + (r + 1) * 256);
     std::vector<float> once = x;
-    Codec()->QuantizeActivations(ComputeMode::kW8A8, /*act_amax=*/123.0f, once.data(), 256);
+    Codec()->QuantizeActivations(ComputeMode::kW8A8, /*act_global_scale=*/123.0f, once.data(), 256);
     float amax = 0;
     for (float v : x) amax = std::max(amax, std::fabs(v));
     for (int i = 0; i < 256; ++i) ExpectWithinBound(x[i], once[i], amax / 448.0f);

@@ -326,14 +326,15 @@ TEST(Nvfp4CodecTest, ValidateNamesTensorAndComponent) {
 }
 
 TEST(Nvfp4CodecTest, W4A4SaturatesBeyondCalibratedAmax) {
-  // act_amax 6 -> G_a = 448. The block max 9 wants scale 448 * 9/6 = 672 > 448: the scale
-  // saturates at 448 (step 1) and 9 clips to 6; 1 and -2.5 (tie -> -2) are on the unit grid.
+  // Static global scale 448 (= 2688 / calibrated amax 6). The block max 9 wants scale 448 * 9/6 =
+  // 672 > 448: the scale saturates at 448 (step 1) and 9 clips to 6; 1 and -2.5 (tie -> -2) are on
+  // the unit grid.
   std::vector<float> x(16, 0.0f);
   x[0] = 9;
   x[1] = 1;
   x[2] = -2.5f;
   x[3] = std::nanf("");
-  Codec()->QuantizeActivations(ComputeMode::kW4A4, 6.0f, x.data(), 16);
+  Codec()->QuantizeActivations(ComputeMode::kW4A4, 448.0f, x.data(), 16);
   EXPECT_EQ(x[0], 6);
   EXPECT_EQ(x[1], 1);
   EXPECT_EQ(x[2], -2);
@@ -347,8 +348,8 @@ TEST(Nvfp4CodecTest, W4A4IdempotentAndBounded) {
   float amax = 0;
   for (float v : x) amax = std::max(amax, std::fabs(v));
   std::vector<float> once = x;
-  Codec()->QuantizeActivations(ComputeMode::kW4A4, amax, once.data(), 512);
   const float g = (1.0f / amax) * 2688.0f;
+  Codec()->QuantizeActivations(ComputeMode::kW4A4, g, once.data(), 512);
   for (int b = 0; b < 32; ++b) {
     float bamax = 0;
     for (int i = 0; i < 16; ++i) bamax = std::max(bamax, std::fabs(x[b * 16 + i]));
@@ -358,9 +359,9 @@ TEST(Nvfp4CodecTest, W4A4IdempotentAndBounded) {
     }
   }
   std::vector<float> twice = once;
-  Codec()->QuantizeActivations(ComputeMode::kW4A4, amax, twice.data(), 512);
+  Codec()->QuantizeActivations(ComputeMode::kW4A4, g, twice.data(), 512);
   EXPECT_EQ(twice, once);
-  // act_amax <= 0 means "use this row's own amax".
+  // A global scale <= 0 means "use this row's own amax".
   std::vector<float> own = x;
   Codec()->QuantizeActivations(ComputeMode::kW4A4, 0.0f, own.data(), 512);
   EXPECT_EQ(own, once);
@@ -451,10 +452,11 @@ TEST_F(Nvfp4FixtureTest, InexactGlobalScaleMatchesCompressedTensors) {
 TEST_F(Nvfp4FixtureTest, W4A4MatchesCompressedTensors) {
   const std::vector<float> x = Floats("act.input");
   const std::vector<float> want = Floats("act.w4a4");
-  const float act_amax = Floats("act.amax")[0];
+  // compressed-tensors' own arithmetic for the stored scale: (1 / amax) * 2688.
+  const float act_global = (1.0f / Floats("act.amax")[0]) * 2688.0f;
   for (int r = 0; r < 4; ++r) {
     std::vector<float> row(x.begin() + r * 64, x.begin() + (r + 1) * 64);
-    Codec()->QuantizeActivations(ComputeMode::kW4A4, act_amax, row.data(), 64);
+    Codec()->QuantizeActivations(ComputeMode::kW4A4, act_global, row.data(), 64);
     for (int i = 0; i < 64; ++i) EXPECT_EQ(row[i], want[r * 64 + i]) << r << "," << i;
   }
 }

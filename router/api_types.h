@@ -1,0 +1,88 @@
+// The router's own typed requests for the OpenAI-compatible API. The router never links engine/
+// (DESIGN.md: it knows tokens and requests, never tensors), so SamplingOptions mirrors
+// engine/sampler/sampling_params.h field for field; whoever sends a request to a worker copies
+// the fields across. Keep the two in step when either changes.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "common/chat_template.h"
+
+namespace dq::router {
+
+enum class ApiEndpoint { kChatCompletions, kCompletions };
+
+// Why a choice stopped. kStop: EOS, a stop token id or a stop string; kLength: max_tokens or the
+// context ran out; kAbort: cancelled (vLLM's extension of OpenAI's set).
+enum class FinishReason { kStop, kLength, kAbort };
+
+inline std::string_view FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
+  }
+  return "stop";
+}
+
+// Mirrors dq::SamplingParams. Defaults are OpenAI's, already range-checked by the parser.
+struct SamplingOptions {
+  float temperature = 1.0f;  // 0: greedy
+  int top_k = 0;             // 0: off (the parser turns vLLM's -1 into 0)
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;  // vLLM extension; 1: off
+  // A negative JSON seed keeps its two's-complement bits, so every int64 and uint64 is a seed.
+  std::optional<uint64_t> seed;
+  // nullopt: whatever room the context leaves (chat's default when the client sends none).
+  // The completions parser fills in OpenAI's default of 16.
+  std::optional<int> max_tokens;
+  std::vector<int32_t> stop_token_ids;  // vLLM extension
+  std::vector<std::string> stop;
+  bool ignore_eos = false;  // vLLM extension
+};
+
+// POST /v1/chat/completions.
+struct ChatCompletionRequest {
+  std::string model;
+  // Text-only; "developer" messages arrive as "system" and content parts are joined with "\n"
+  // (as vLLM does), so the messages go straight to ChatTemplate::Render.
+  std::vector<ChatMessage> messages;
+  SamplingOptions sampling;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool logprobs = false;
+  int top_logprobs = 0;  // alternatives per token, only with logprobs
+  // chat_template_kwargs.enable_thinking (vLLM's spelling); nullopt: the template's default.
+  std::optional<bool> enable_thinking;
+  std::string user;
+};
+
+// POST /v1/completions. The prompt is text, or token ids that skip the tokenizer.
+struct CompletionRequest {
+  std::string model;
+  std::variant<std::string, std::vector<int32_t>> prompt;
+  SamplingOptions sampling;
+  bool stream = false;
+  bool include_usage = false;
+  // nullopt: no logprobs. k: each token's logprob plus the k most likely alternatives
+  // (the legacy API's "logprobs": k, so up to k + 1 entries per position).
+  std::optional<int> logprobs;
+  // Return the prompt before the completion (and, with logprobs, the prompt's logprobs).
+  bool echo = false;
+  std::string user;
+
+  bool prompt_is_token_ids() const { return prompt.index() == 1; }
+};
+
+}  // namespace dq::router

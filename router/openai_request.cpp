@@ -1,0 +1,443 @@
+#include "router/openai_request.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "router/json_fields.h"
+#include "router/utf8.h"
+
+namespace dq::router {
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
+
+ApiError MissingField(const std::string& param) {
+  return InvalidRequest(param, absl::StrCat("Missing required parameter: '", param, "'."));
+}
+
+// True when brackets outside strings nest deeper than `max_depth`. One pass, no recursion.
+bool NestsDeeperThan(std::string_view body, size_t max_depth) {
+  size_t depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;  // the escaped character cannot end the string
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return true;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return false;
+}
+
+// nlohmann's message without its "[json.exception...] " tag and without the "; last read: ..."
+// tail, which can quote a whole long string back at the client.
+std::string ParserReason(std::string_view what) {
+  if (const size_t tag_end = what.find("] "); tag_end != std::string_view::npos) {
+    what.remove_prefix(tag_end + 2);
+  }
+  return std::string(what.substr(0, what.find("; last read")));
+}
+
+void ReadModel(FieldReader& f, const ParseOptions& options, std::string* model) {
+  if (!f.String("model", model)) {
+    // vLLM's leniency: a single-model server needs no name.
+    if (f.ok() && !options.served_models.empty()) *model = options.served_models.front();
+    return;
+  }
+  const auto& served = options.served_models;
+  if (served.empty() || std::find(served.begin(), served.end(), *model) != served.end()) return;
+  f.Fail(ApiError{404, "invalid_request_error",
+                  absl::StrCat("The model '", *model, "' does not exist. This server serves: '",
+                               absl::StrJoin(served, "', '"), "'. Set \"model\" to one of them."),
+                  "model", "model_not_found"});
+}
+
+// Token ids for `param` (an array of integers), each in [0, vocab_size).
+void ReadTokenIds(FieldReader& f, const json& ids, const std::string& param, int vocab_size,
+                  std::vector<int32_t>* out) {
+  if (!ids.is_array()) return f.Fail(WrongType(param, "an array of token ids", ids));
+  const int64_t hi = vocab_size > 0 ? vocab_size - 1 : kMaxInt;
+  for (size_t i = 0; i < ids.size() && f.ok(); ++i) {
+    const json& id = ids[i];
+    const std::string item = absl::StrCat(param, "[", i, "]");
+    if (!id.is_number_integer()) return f.Fail(WrongType(item, "an integer token id", id));
+    const bool in_range = id.is_number_unsigned()
+                              ? id.get<uint64_t>() <= static_cast<uint64_t>(hi)
+                              : id.get<int64_t>() >= 0 && id.get<int64_t>() <= hi;
+    if (!in_range) {
+      return f.Fail(BadValue(item,
+                             vocab_size > 0
+                                 ? absl::StrCat("a token id of this model, in [0, ", hi, "]")
+                                 : std::string("a non-negative token id"),
+                             id));
+    }
+    out->push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+}
+
+void ReadStopString(FieldReader& f, const json& s, const std::string& param,
+                    std::vector<std::string>* stop) {
+  if (!s.is_string()) return f.Fail(WrongType(param, "a string", s));
+  const std::string& text = s.get_ref<const std::string&>();
+  if (text.empty()) return f.Fail(BadValue(param, "a non-empty stop string", s));
+  if (!IsValidUtf8(text)) return f.Fail(InvalidUtf8(param, text));
+  stop->push_back(text);
+}
+
+void ReadStop(FieldReader& f, const ParseOptions& options, std::vector<std::string>* stop) {
+  const json* v = f.ok() ? f.Find("stop") : nullptr;
+  if (v == nullptr) return;
+  if (v->is_string()) return ReadStopString(f, *v, "stop", stop);
+  if (!v->is_array()) return f.Fail(WrongType("stop", "a string or an array of strings", *v));
+  if (v->size() > static_cast<size_t>(options.max_stop_sequences)) {
+    return f.Fail(InvalidRequest(
+        "stop", absl::StrCat("Invalid 'stop': at most ", options.max_stop_sequences,
+                             " stop sequences are supported, but got ", v->size(), ".")));
+  }
+  for (size_t i = 0; i < v->size() && f.ok(); ++i) {
+    ReadStopString(f, (*v)[i], absl::StrCat("stop[", i, "]"), stop);
+  }
+}
+
+void ReadSampling(FieldReader& f, const ParseOptions& options, SamplingOptions* s) {
+  f.Float("temperature", {0.0, 2.0, false, false, "[0, 2]"}, &s->temperature);
+  f.Float("top_p", {0.0, 1.0, true, false, "(0, 1]"}, &s->top_p);
+  const int64_t top_k_max = options.vocab_size > 0 ? options.vocab_size : kMaxInt;
+  if (f.Int("top_k", -1, top_k_max, &s->top_k) && s->top_k == -1) s->top_k = 0;
+  f.Float("min_p", {0.0, 1.0, false, false, "[0, 1]"}, &s->min_p);
+  f.Float("presence_penalty", {-2.0, 2.0, false, false, "[-2, 2]"}, &s->presence_penalty);
+  f.Float("frequency_penalty", {-2.0, 2.0, false, false, "[-2, 2]"}, &s->frequency_penalty);
+  f.Float("repetition_penalty", {0.0, 2.0, true, false, "(0, 2]"}, &s->repetition_penalty);
+  uint64_t seed = 0;
+  if (f.Seed("seed", &seed)) s->seed = seed;
+  ReadStop(f, options, &s->stop);
+  if (const json* ids = f.ok() ? f.Find("stop_token_ids") : nullptr) {
+    ReadTokenIds(f, *ids, "stop_token_ids", options.vocab_size, &s->stop_token_ids);
+  }
+  f.Bool("ignore_eos", &s->ignore_eos);
+}
+
+// max_tokens (and, for chat, max_completion_tokens, which OpenAI now prefers) in [1, 2^31).
+void ReadMaxTokens(FieldReader& f, ApiEndpoint endpoint, std::optional<int>* max_tokens) {
+  int n = 0;
+  const bool newer =
+      endpoint == ApiEndpoint::kChatCompletions && f.Find("max_completion_tokens") != nullptr;
+  const char* name = newer ? "max_completion_tokens" : "max_tokens";
+  const json* v = f.ok() ? f.Find(name) : nullptr;
+  if (v != nullptr && v->is_number() && v->get<double>() < 1) {
+    return f.Fail(InvalidRequest(
+        name, absl::StrCat("Invalid '", name, "': expected an integer of at least 1, but got ",
+                           JsonPreview(*v),
+                           " instead. To score a prompt without generating, send echo=true, "
+                           "logprobs and max_tokens=1 to /v1/completions.")));
+  }
+  if (f.Int(name, 1, kMaxInt, &n)) *max_tokens = n;
+}
+
+void ReadStreaming(FieldReader& f, bool* stream, bool* include_usage) {
+  f.Bool("stream", stream);
+  const json* opts = f.ok() ? f.Find("stream_options") : nullptr;
+  if (opts == nullptr) return;
+  // vLLM lets an empty stream_options through without stream; OpenAI's SDKs can send one.
+  if (!*stream && !opts->empty()) {
+    return f.Fail(InvalidRequest("stream_options",
+                                 "'stream_options' is only allowed when 'stream' is true; "
+                                 "set \"stream\": true or remove 'stream_options'."));
+  }
+  if (!opts->is_object()) return f.Fail(WrongType("stream_options", "an object", *opts));
+  FieldReader o(*opts, "stream_options.");
+  o.Bool("include_usage", include_usage);
+  if (!o.ok()) f.Fail(o.error());
+}
+
+// Fields that only make sense as 1 here: one choice per request.
+void ReadOnlyOne(FieldReader& f, const char* name) {
+  int n = 1;
+  if (!f.Int(name, 0, kMaxInt, &n) || n == 1) return;
+  f.Fail(InvalidRequest(
+      name, absl::StrCat("Invalid '", name, "': only 1 is supported (one choice per request), ",
+                         "but got ", n, " instead. Send one request per choice.")));
+}
+
+ApiError Unsupported(const std::string& param, std::string_view what) {
+  return InvalidRequest(param, absl::StrCat("'", param, "' is not supported by this server (",
+                                            std::string(what), "); remove it from the request."));
+}
+
+// Known fields that would change the answer if silently ignored.
+void RejectUnsupported(FieldReader& f) {
+  ReadOnlyOne(f, "n");
+  ReadOnlyOne(f, "best_of");
+  // Set to something other than its "off" value (null, "", [], {}, false).
+  auto non_empty = [&](const char* name) {
+    const json* v = f.ok() ? f.Find(name) : nullptr;
+    if (v == nullptr) return false;
+    if (v->is_string()) return !v->get_ref<const std::string&>().empty();
+    if (v->is_boolean()) return v->get<bool>();
+    return !v->empty();
+  };
+  if (non_empty("logit_bias")) f.Fail(Unsupported("logit_bias", "no logit biasing"));
+  if (non_empty("suffix")) f.Fail(Unsupported("suffix", "no fill-in-the-middle"));
+  if (non_empty("tools")) f.Fail(Unsupported("tools", "no tool calling"));
+  if (non_empty("functions")) f.Fail(Unsupported("functions", "no function calling"));
+  if (non_empty("use_beam_search")) f.Fail(Unsupported("use_beam_search", "no beam search"));
+  const json* format = f.ok() ? f.Find("response_format") : nullptr;
+  const bool text_format = format != nullptr && format->is_object() &&
+                           (!format->contains("type") || (*format)["type"] == "text");
+  if (format != nullptr && !text_format) {
+    f.Fail(Unsupported("response_format", "no structured output; only {\"type\": \"text\"}"));
+  }
+}
+
+// The text of a message: a string, or text parts joined with "\n" (what vLLM does).
+void ReadContent(FieldReader& f, const json& content, const std::string& param, std::string* out) {
+  if (content.is_string()) {
+    const std::string& s = content.get_ref<const std::string&>();
+    if (!IsValidUtf8(s)) return f.Fail(InvalidUtf8(param, s));
+    *out = s;
+    return;
+  }
+  if (!content.is_array()) {
+    return f.Fail(WrongType(param, "a string or an array of content parts", content));
+  }
+  std::vector<std::string> texts;
+  for (size_t i = 0; i < content.size() && f.ok(); ++i) {
+    const std::string part_param = absl::StrCat(param, "[", i, "]");
+    if (!content[i].is_object()) return f.Fail(WrongType(part_param, "an object", content[i]));
+    FieldReader part(content[i], part_param + ".");
+    std::string type, text;
+    if (!part.String("type", &type) && part.ok()) part.Fail(MissingField(part.Param("type")));
+    if (part.ok() && type != "text") {
+      part.Fail(InvalidRequest(part.Param("type"),
+                               absl::StrCat("Invalid value for '", part.Param("type"), "': '", type,
+                                            "' is not supported; this server accepts "
+                                            "text parts ({\"type\": \"text\"}) only.")));
+    }
+    if (part.ok() && !part.String("text", &text) && part.ok()) {
+      part.Fail(MissingField(part.Param("text")));
+    }
+    if (!part.ok()) return f.Fail(part.error());
+    texts.push_back(std::move(text));
+  }
+  *out = absl::StrJoin(texts, "\n");
+}
+
+// One {role, content} message; "developer" is OpenAI's newer name for "system".
+void ReadMessage(FieldReader& f, const json& m, size_t index, ChatMessage* out) {
+  const std::string param = absl::StrCat("messages[", index, "]");
+  if (!m.is_object()) return f.Fail(WrongType(param, "an object", m));
+  FieldReader r(m, param + ".");
+  if (!r.String("role", &out->role) && r.ok()) r.Fail(MissingField(r.Param("role")));
+  if (r.ok() && out->role == "developer") out->role = "system";
+  const bool known = out->role == "system" || out->role == "user" || out->role == "assistant";
+  if (r.ok() && !known) {
+    const bool tool = out->role == "tool" || out->role == "function";
+    r.Fail(InvalidRequest(
+        r.Param("role"),
+        absl::StrCat("Invalid value for '", r.Param("role"), "': '", out->role, "'. ",
+                     tool ? "Tool and function messages are not supported (no tool calling). " : "",
+                     "Supported values are: 'system', 'developer', 'user' and 'assistant'.")));
+  }
+  const json* content = r.ok() ? r.Find("content") : nullptr;
+  if (content != nullptr) {
+    ReadContent(r, *content, r.Param("content"), &out->content);
+  } else if (r.ok() && out->role != "assistant") {
+    r.Fail(MissingField(r.Param("content")));
+  }
+  if (!r.ok()) f.Fail(r.error());
+}
+
+void ReadMessages(FieldReader& f, std::vector<ChatMessage>* messages) {
+  const json* v = f.ok() ? f.Find("messages") : nullptr;
+  if (v == nullptr) return f.Fail(MissingField("messages"));
+  if (!v->is_array()) return f.Fail(WrongType("messages", "an array of messages", *v));
+  if (v->empty()) {
+    return f.Fail(InvalidRequest("messages",
+                                 "Invalid 'messages': empty array. Expected an array with minimum "
+                                 "length 1, but got an empty array instead."));
+  }
+  messages->resize(v->size());
+  for (size_t i = 0; i < v->size() && f.ok(); ++i) ReadMessage(f, (*v)[i], i, &(*messages)[i]);
+}
+
+void ReadChatLogprobs(FieldReader& f, const ParseOptions& options, ChatCompletionRequest* r) {
+  f.Bool("logprobs", &r->logprobs);
+  if (f.Int("top_logprobs", 0, options.max_logprobs, &r->top_logprobs) && r->top_logprobs > 0 &&
+      !r->logprobs) {
+    f.Fail(InvalidRequest("top_logprobs",
+                          "'top_logprobs' needs 'logprobs': set \"logprobs\": true as well."));
+  }
+  const json* kwargs = f.ok() ? f.Find("chat_template_kwargs") : nullptr;
+  if (kwargs == nullptr) return;
+  if (!kwargs->is_object()) return f.Fail(WrongType("chat_template_kwargs", "an object", *kwargs));
+  FieldReader k(*kwargs, "chat_template_kwargs.");
+  bool thinking = true;
+  if (k.Bool("enable_thinking", &thinking)) r->enable_thinking = thinking;
+  if (!k.ok()) f.Fail(k.error());
+}
+
+// The prompt of a completion: one string, one token-id array, or a one-element array of either.
+void ReadPrompt(FieldReader& f, const ParseOptions& options, CompletionRequest* r) {
+  const json* v = f.ok() ? f.Find("prompt") : nullptr;
+  if (v == nullptr) return f.Fail(MissingField("prompt"));
+  const json* one = v;
+  std::string param = "prompt";
+  if (v->is_array() && !v->empty() && !(*v)[0].is_number()) {
+    if (v->size() > 1) {
+      return f.Fail(InvalidRequest(
+          "prompt", absl::StrCat("Invalid 'prompt': only one prompt per request is supported, "
+                                 "but got ",
+                                 v->size(), ". Send one request per prompt.")));
+    }
+    one = &(*v)[0];
+    param = "prompt[0]";
+  }
+  const bool empty = one->is_string() ? one->get_ref<const std::string&>().empty()
+                                      : one->is_array() && one->empty();
+  if (empty) {
+    return f.Fail(InvalidRequest(param, absl::StrCat("Invalid '", param,
+                                                     "': the prompt is "
+                                                     "empty. Send at least one character or "
+                                                     "token id.")));
+  }
+  if (one->is_string()) {
+    const std::string& s = one->get_ref<const std::string&>();
+    if (!IsValidUtf8(s)) return f.Fail(InvalidUtf8(param, s));
+    r->prompt = s;
+  } else if (one->is_array()) {
+    std::vector<int32_t> ids;
+    ReadTokenIds(f, *one, param, options.vocab_size, &ids);
+    r->prompt = std::move(ids);
+  } else {
+    f.Fail(WrongType(param, "a string or an array of token ids", *one));
+  }
+}
+
+}  // namespace
+
+ApiResult<json> ParseJsonBody(std::string_view body, size_t max_depth) {
+  if (body.empty()) {
+    return InvalidRequest("", "The request body is empty. Send a JSON object.");
+  }
+  Utf8Problem problem;
+  if (!IsValidUtf8(body, &problem)) {
+    return InvalidRequest(
+        "", absl::StrCat("The request body is not valid UTF-8 (", std::string(problem.what),
+                         " at byte ", problem.offset, "). Send the JSON encoded as UTF-8."));
+  }
+  if (NestsDeeperThan(body, max_depth)) {
+    return InvalidRequest("", absl::StrCat("The request body nests arrays/objects more than ",
+                                           max_depth, " levels deep. Send a flatter request."));
+  }
+  json parsed;
+  try {
+    parsed = json::parse(body);
+  } catch (const json::exception& e) {
+    // parse_error for syntax; out_of_range for a number like 1e400 that overflows a double.
+    return InvalidRequest(
+        "", absl::StrCat("The request body is not valid JSON (", ParserReason(e.what()),
+                         "). Send a JSON object with Content-Type: "
+                         "application/json."));
+  }
+  if (!parsed.is_object()) {
+    return InvalidRequest("", absl::StrCat("The request body must be a JSON object, but got ",
+                                           std::string(JsonTypeName(parsed)), "."));
+  }
+  return parsed;
+}
+
+ApiResult<ChatCompletionRequest> ChatCompletionRequestFromJson(const json& body,
+                                                               const ParseOptions& options) {
+  if (!body.is_object()) return WrongType("", "a JSON object", body);
+  ChatCompletionRequest r;
+  FieldReader f(body);
+  ReadModel(f, options, &r.model);
+  ReadMessages(f, &r.messages);
+  ReadSampling(f, options, &r.sampling);
+  ReadMaxTokens(f, ApiEndpoint::kChatCompletions, &r.sampling.max_tokens);
+  ReadStreaming(f, &r.stream, &r.include_usage);
+  ReadChatLogprobs(f, options, &r);
+  RejectUnsupported(f);
+  f.String("user", &r.user);
+  if (!f.ok()) return f.error();
+  return r;
+}
+
+ApiResult<CompletionRequest> CompletionRequestFromJson(const json& body,
+                                                       const ParseOptions& options) {
+  if (!body.is_object()) return WrongType("", "a JSON object", body);
+  CompletionRequest r;
+  FieldReader f(body);
+  ReadModel(f, options, &r.model);
+  ReadPrompt(f, options, &r);
+  ReadSampling(f, options, &r.sampling);
+  r.sampling.max_tokens = 16;  // OpenAI's default for completions
+  ReadMaxTokens(f, ApiEndpoint::kCompletions, &r.sampling.max_tokens);
+  ReadStreaming(f, &r.stream, &r.include_usage);
+  int logprobs = 0;
+  if (f.Int("logprobs", 0, options.max_logprobs, &logprobs)) r.logprobs = logprobs;
+  f.Bool("echo", &r.echo);
+  RejectUnsupported(f);
+  f.String("user", &r.user);
+  if (!f.ok()) return f.error();
+  return r;
+}
+
+ApiResult<ChatCompletionRequest> ParseChatCompletionRequest(std::string_view body,
+                                                            const ParseOptions& options) {
+  ApiResult<json> parsed = ParseJsonBody(body, options.max_json_depth);
+  if (!parsed.ok()) return parsed.error();
+  return ChatCompletionRequestFromJson(*parsed, options);
+}
+
+ApiResult<CompletionRequest> ParseCompletionRequest(std::string_view body,
+                                                    const ParseOptions& options) {
+  ApiResult<json> parsed = ParseJsonBody(body, options.max_json_depth);
+  if (!parsed.ok()) return parsed.error();
+  return CompletionRequestFromJson(*parsed, options);
+}
+
+ApiError PromptTooLong(int prompt_tokens, int max_tokens, int context, ApiEndpoint endpoint) {
+  const bool chat = endpoint == ApiEndpoint::kChatCompletions;
+  const char* what = chat ? "messages" : "prompt";
+  std::string message;
+  if (max_tokens <= 0) {
+    message = absl::StrCat("This model's maximum context length is ", context,
+                           " tokens. However, your ", what, " resulted in ", prompt_tokens,
+                           " tokens, which leaves no room for the completion. Please reduce the "
+                           "length of the ",
+                           what, ".");
+  } else {
+    message = absl::StrCat("This model's maximum context length is ", context,
+                           " tokens. However, you requested ", int64_t{prompt_tokens} + max_tokens,
+                           " tokens (", prompt_tokens, " in the ", what, ", ", max_tokens,
+                           " in the completion). Please reduce the length of the ", what,
+                           " or completion.");
+  }
+  return InvalidRequest(what, std::move(message), "context_length_exceeded");
+}
+
+ApiResult<int> ResolveMaxTokens(std::optional<int> requested, int prompt_tokens, int context,
+                                ApiEndpoint endpoint) {
+  const int64_t room = int64_t{context} - prompt_tokens;
+  if (room <= 0) return PromptTooLong(prompt_tokens, 0, context, endpoint);
+  if (!requested.has_value()) return static_cast<int>(room);
+  if (*requested > room) return PromptTooLong(prompt_tokens, *requested, context, endpoint);
+  return *requested;
+}
+
+}  // namespace dq::router
