@@ -95,9 +95,11 @@ class Transport {
   // Preconditions: bytes > 0, the memory stays valid until ReleaseRegion returns. Regions may
   // overlap; each registration gets its own id and descriptor.
   virtual absl::StatusOr<RegionHandle> RegisterRegion(void* ptr, uint64_t bytes) = 0;
-  // Forgets a region. Blocks until no copy in progress reads or writes it (each such copy is
-  // bounded by io_timeout_ms), so the memory may be freed once it returns. Later writes aimed at
-  // it fail on the sender with a clear error. NotFound if `id` is not registered here.
+  // Forgets a region. Blocks until no copy of this transport's own (as sender, or as tcp/local
+  // receiver) reads or writes it; each such copy is bounded by io_timeout_ms. NotFound if `id`
+  // is not registered here. Later writes aimed at it: local and tcp refuse them (the sender's
+  // transfer fails with NotFound); ucx cannot (one-sided RMA: the peer writes without asking),
+  // so with ucx free or reuse the memory only once its sender is known to be done or dead.
   virtual absl::Status ReleaseRegion(RegionId id) = 0;
 
   // Resolves a peer's descriptor (from RegionHandle::descriptor), connecting to the peer if this

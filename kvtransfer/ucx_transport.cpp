@@ -155,8 +155,7 @@ absl::StatusOr<UcxPeer*> UcxTransport::State::PeerFor(const std::string& address
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;
   params.address = reinterpret_cast<const ucp_address_t*>(address.data());
   // Peer error handling: a dead receiver fails our requests instead of leaving them pending.
-  params.err_mode =
-      getenv("DQ_UCX_ERR_NONE") ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   params.err_handler.cb = OnEndpointError;
   params.err_handler.arg = peer.get();
   ucs_status_t s = ucp_ep_create(worker, &params, &peer->ep);
@@ -172,8 +171,19 @@ absl::StatusOr<UcxPeer*> UcxTransport::State::PeerFor(const std::string& address
 
 void UcxTransport::State::WaitRequest(void* request) {
   // Only used on teardown paths whose requests complete without the network (forced closes and
-  // what they cancel), so this loop is short.
-  while (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_worker_progress(worker);
+  // what they cancel), so this is short; bounded anyway, because hanging a worker on shutdown
+  // is worse than leaking one request.
+  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(config.io_timeout_ms);
+  while (ucp_request_check_status(request) == UCS_INPROGRESS) {
+    if (Clock::now() > deadline) {
+      SPDLOG_ERROR(
+          "kvtransfer ucx: a UCX request did not complete within {} ms of a forced "
+          "close; leaking it",
+          config.io_timeout_ms);
+      return;
+    }
+    ucp_worker_progress(worker);
+  }
   ucp_request_free(request);
 }
 

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "${DQ_SKIP_SETUP:-0}" = 1 ] || scripts/setup.sh release >&2
-bin=build/release/bin
+bin=${DQ_BIN:-build/release/bin}
 ref=models/SmolLM2-135M-Instruct.Q4_1.gguf
 work=${DQ_WORK:-build/fidelity}
 tokens=${TOKENS:-512}
@@ -25,7 +25,6 @@ w=$work
   --tokens "$tokens" --prefix "$prefix" --json \
   --run "bf16=$w/bf16" \
   --run "fp8 w8a8=$w/fp8:w8a8" \
-  --run "fp8 weight-only=$w/fp8" \
   --run "nvfp4 w4a4 (both phases)=$w/nvfp4:w4a4" \
   --run "nvfp4a16 (both phases)=$w/nvfp4" \
   --run "nvfp4 format-disagg=$w/nvfp4:w4a4,$w/nvfp4:weight_only" \

@@ -33,9 +33,14 @@ TEST(TcpTransportTest, StreamsA256MegabyteTransfer) {
   TwoProcessSetup s(TcpConfig(10000), plan);
   ASSERT_TRUE(s.ok()) << s.error;
   auto start = std::chrono::steady_clock::now();
-  MoveAllAndVerify(s, plan);
-  // Not asserted: a figure for the log (includes the receiver's byte comparison).
-  std::printf("[ info ] 256 MB over loopback tcp + verify: %.2f s\n", Seconds(start));
+  auto id = s.sender->Post(s.source, s.remotes[0], plan.Copies(0));
+  ASSERT_TRUE(id.ok()) << id.status();
+  ASSERT_TRUE(WaitForTransfer(*s.sender, *id, 60000).ok());
+  double seconds = Seconds(start);
+  EXPECT_EQ(s.receiver->Command("verify 0"), "ok");
+  // Not asserted (shared machines vary): a figure for the log.
+  std::printf("[ info ] 256 MiB over loopback tcp: %.3f s, %.2f GB/s\n", seconds,
+              (256 << 20) / seconds / 1e9);
 }
 
 TEST(TcpTransportTest, OutOfBoundsPostFailsAndNothingIsSent) {
@@ -105,9 +110,9 @@ TEST(TcpTransportTest, StalledPeerTimesOut) {
   auto start = std::chrono::steady_clock::now();
   auto id = s.sender->Post(s.source, s.remotes[0], plan.Copies(0));
   ASSERT_TRUE(id.ok());
-  absl::Status result = WaitForTransfer(*s.sender, *id, 8000);
-  EXPECT_EQ(result.code(), absl::StatusCode::kDeadlineExceeded) << result;
-  EXPECT_NE(result.message().find("failed"), std::string::npos) << result;  // not Wait's timeout
+  std::optional<absl::Status> result = WaitEnded(*s.sender, *id, 8000);
+  ASSERT_TRUE(result.has_value()) << "no timeout after 8 s";
+  EXPECT_EQ(result->code(), absl::StatusCode::kDeadlineExceeded) << *result;
   EXPECT_LT(Seconds(start), 5.0);
   s.receiver->Kill();
 }

@@ -11,8 +11,9 @@
 namespace dq::kvtransfer::testing {
 namespace {
 
-// UCX_TLS values: "tcp" works wherever loopback does; "sm" is shared memory (cma / posix /
-// sysv, whichever can write another process's memory here); "" is UCX's own choice.
+// UCX_TLS values: "tcp" works wherever loopback does; "sm" is shared memory only (UCX 1.13's
+// posix/sysv have no peer-failure handling and cma has no active messages, so with the peer
+// error handling we require it is expected to skip); "" is UCX's own choice.
 class UcxTransportTest : public ::testing::TestWithParam<std::string> {
  protected:
   TransportConfig Config() const {
@@ -46,6 +47,22 @@ TEST_P(UcxTransportTest, MovesRegionsBetweenProcesses) {
   // Report which UCX transports carried the puts (the "rma" lanes of the endpoint).
   std::string lanes = static_cast<UcxTransport*>(s->sender.get())->DescribeEndpoints();
   std::printf("[ info ] UCX_TLS='%s' endpoint:\n%s\n", GetParam().c_str(), lanes.c_str());
+}
+
+TEST_P(UcxTransportTest, MovesA256MegabyteTransfer) {
+  CopyPlan plan({256ull << 20});
+  auto s = SetUpOrSkip(plan);
+  if (s == nullptr) GTEST_SKIP() << "UCX_TLS='" << GetParam() << "' unusable here";
+  auto start = std::chrono::steady_clock::now();
+  auto id = s->sender->Post(s->source, s->remotes[0], plan.Copies(0));
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::optional<absl::Status> done = WaitEnded(*s->sender, *id, 60000);
+  ASSERT_TRUE(done.has_value() && done->ok()) << (done ? done->ToString() : "pending");
+  double seconds = Seconds(start);
+  EXPECT_EQ(s->receiver->Command("verify 0"), "ok");
+  // Not asserted (shared machines vary): a figure for the log.
+  std::printf("[ info ] 256 MiB over UCX_TLS='%s': %.3f s, %.2f GB/s\n", GetParam().c_str(),
+              seconds, (256 << 20) / seconds / 1e9);
 }
 
 TEST_P(UcxTransportTest, OutOfBoundsPostFailsAndNothingIsSent) {
@@ -90,8 +107,7 @@ TEST_P(UcxTransportTest, PeerKilledMidTransferEndsWithinSeconds) {
   PeerKilledMidTransfer(*s, plan, /*must_fail_in_flight=*/GetParam() == "tcp");
 }
 
-INSTANTIATE_TEST_SUITE_P(Tls, UcxTransportTest,
-                         ::testing::Values("tcp", "sm", "sm,tcp", "cma,tcp", "posix,tcp", ""),
+INSTANTIATE_TEST_SUITE_P(Tls, UcxTransportTest, ::testing::Values("tcp", "sm", ""),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string name = info.param.empty() ? "ucx_default" : info.param;
                            std::replace(name.begin(), name.end(), ',', '_');
