@@ -1,0 +1,200 @@
+#include "decode_worker/kv_lease_table.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace dq {
+namespace {
+
+// Ended lease ids kept so late Commit/Release calls get a precise error instead of "unknown".
+// Bounded: a lease that ended this long ago is only reported as unknown.
+constexpr size_t kMaxEndedRemembered = 4096;
+
+absl::string_view AsAbsl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+}  // namespace
+
+std::vector<BlockRun> ToBlockRuns(const std::vector<int32_t>& blocks) {
+  std::vector<BlockRun> runs;
+  for (int32_t b : blocks) {
+    if (!runs.empty() && runs.back().start + runs.back().count == b) {
+      ++runs.back().count;
+    } else {
+      runs.push_back({b, 1});
+    }
+  }
+  return runs;
+}
+
+KvLeaseTable::KvLeaseTable(KvBlockPool& pool, std::function<TimePoint()> clock)
+    : pool_(pool), clock_(clock ? std::move(clock) : [] { return Clock::now(); }) {}
+
+bool KvLeaseTable::can_reserve(int tokens) const {
+  std::lock_guard lock(mu_);
+  return tokens > 0 && pool_.can_allocate(pool_.BlocksFor(tokens));
+}
+
+absl::StatusOr<KvLease> KvLeaseTable::Reserve(std::string_view request_id, int tokens_needed,
+                                              std::chrono::milliseconds ttl) {
+  if (request_id.empty()) return absl::InvalidArgumentError("Reserve: empty request id");
+  if (tokens_needed <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Reserve(", AsAbsl(request_id), "): tokens_needed must be > 0, got ", tokens_needed));
+  }
+  const TimePoint now = clock_();
+  std::lock_guard lock(mu_);
+  const std::string request(request_id);
+  if (auto it = lease_by_request_.find(request); it != lease_by_request_.end()) {
+    return absl::AlreadyExistsError(absl::StrCat("Reserve: request ", request,
+                                                 " already holds lease ", it->second,
+                                                 "; release it before reserving again"));
+  }
+  const int need = pool_.BlocksFor(tokens_needed);
+  if (!pool_.can_allocate(need)) {
+    // Expired leases may be all that stands in the way; reclaim them before refusing.
+    ReclaimExpiredLocked(now);
+  }
+  if (!pool_.can_allocate(need)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "Reserve(", request, "): ", tokens_needed, " tokens need ", need, " KV blocks but only ",
+        pool_.num_free_blocks(), " are free; retry later or pick another decode worker"));
+  }
+  Entry entry;
+  KvLease& lease = entry.lease;
+  lease.lease_id = absl::StrCat("lease-", next_lease_++);
+  lease.request_id = request;
+  // The pool hands out the lowest free ids first, which keeps a lease in few runs.
+  lease.blocks = pool_.allocate(need);
+  lease.runs = ToBlockRuns(lease.blocks);
+  lease.tokens_reserved = tokens_needed;
+  lease.expires_at = now + ttl;
+  blocks_leased_ += need;
+  lease_by_request_.emplace(request, lease.lease_id);
+  KvLease out = lease;
+  leases_.emplace(lease.lease_id, std::move(entry));
+  return out;
+}
+
+absl::StatusOr<KvSequence> KvLeaseTable::Commit(std::string_view lease_id, int num_tokens) {
+  const TimePoint now = clock_();
+  std::lock_guard lock(mu_);
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) return EndedError(lease_id, "Commit");
+  Entry& entry = it->second;
+  if (entry.committed) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Commit: lease ", AsAbsl(lease_id), " is already committed"));
+  }
+  if (now >= entry.lease.expires_at) {
+    // Past its TTL the prefill's KV can no longer be trusted to be in these blocks (they may be
+    // reclaimed at any moment), so the lease is reclaimed here rather than raced.
+    EraseLocked(it, Ended::kReclaimed);
+    ++reclaimed_total_;
+    return EndedError(lease_id, "Commit");
+  }
+  if (num_tokens <= 0 || num_tokens > entry.lease.tokens_reserved) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Commit: lease ", AsAbsl(lease_id), " reserved ", entry.lease.tokens_reserved,
+        " tokens but the commit claims ", num_tokens, "; the prefill wrote a different prompt"));
+  }
+  entry.committed = true;
+  ++committed_;
+  return KvSequence{entry.lease.blocks, num_tokens};
+}
+
+absl::Status KvLeaseTable::Release(std::string_view lease_id) {
+  std::lock_guard lock(mu_);
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) return EndedError(lease_id, "Release");
+  EraseLocked(it, Ended::kReleased);
+  return absl::OkStatus();
+}
+
+absl::Status KvLeaseTable::ReleaseRequest(std::string_view request_id) {
+  std::lock_guard lock(mu_);
+  auto by_request = lease_by_request_.find(std::string(request_id));
+  if (by_request == lease_by_request_.end()) {
+    return absl::NotFoundError(absl::StrCat("Release: request ", AsAbsl(request_id),
+                                            " holds no lease (never reserved, already "
+                                            "released, or reclaimed after its TTL)"));
+  }
+  auto it = leases_.find(by_request->second);
+  EraseLocked(it, Ended::kReleased);
+  return absl::OkStatus();
+}
+
+int KvLeaseTable::ReclaimExpired(TimePoint now) {
+  std::lock_guard lock(mu_);
+  return ReclaimExpiredLocked(now);
+}
+
+int KvLeaseTable::ReclaimExpired() { return ReclaimExpired(clock_()); }
+
+int KvLeaseTable::ReclaimExpiredLocked(TimePoint now) {
+  int reclaimed = 0;
+  for (auto it = leases_.begin(); it != leases_.end();) {
+    auto next = std::next(it);
+    if (!it->second.committed && now >= it->second.lease.expires_at) {
+      EraseLocked(it, Ended::kReclaimed);
+      ++reclaimed;
+    }
+    it = next;
+  }
+  reclaimed_total_ += reclaimed;
+  return reclaimed;
+}
+
+KvLeaseStats KvLeaseTable::stats() const {
+  std::lock_guard lock(mu_);
+  KvLeaseStats s;
+  s.leases_committed = committed_;
+  s.leases_active = static_cast<int>(leases_.size()) - committed_;
+  s.blocks_leased = blocks_leased_;
+  s.reclaimed_total = reclaimed_total_;
+  return s;
+}
+
+absl::StatusOr<KvLease> KvLeaseTable::Find(std::string_view lease_id) const {
+  std::lock_guard lock(mu_);
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) return EndedError(lease_id, "Find");
+  return it->second.lease;
+}
+
+absl::Status KvLeaseTable::EndedError(std::string_view lease_id, std::string_view action) const {
+  auto it = ended_.find(std::string(lease_id));
+  if (it == ended_.end()) {
+    return absl::NotFoundError(absl::StrCat(AsAbsl(action), ": unknown lease ", AsAbsl(lease_id),
+                                            " (never issued by this decode worker)"));
+  }
+  if (it->second == Ended::kReclaimed) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        AsAbsl(action), ": lease ", AsAbsl(lease_id),
+        " expired before it was committed and its blocks were reclaimed; reserve again and "
+        "re-run the prefill"));
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat(AsAbsl(action), ": lease ", AsAbsl(lease_id), " was already released"));
+}
+
+void KvLeaseTable::RememberEnded(const std::string& lease_id, Ended why) {
+  if (ended_order_.size() >= kMaxEndedRemembered) {
+    ended_.erase(ended_order_.front());
+    ended_order_.pop_front();
+  }
+  ended_[lease_id] = why;
+  ended_order_.push_back(lease_id);
+}
+
+void KvLeaseTable::EraseLocked(std::map<std::string, Entry, std::less<>>::iterator it, Ended why) {
+  Entry& entry = it->second;
+  pool_.free(entry.lease.blocks);
+  blocks_leased_ -= static_cast<int>(entry.lease.blocks.size());
+  if (entry.committed) --committed_;
+  lease_by_request_.erase(entry.lease.request_id);
+  RememberEnded(it->first, why);
+  leases_.erase(it);
+}
+
+}  // namespace dq

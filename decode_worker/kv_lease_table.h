@@ -1,0 +1,123 @@
+// The decode worker's record of KV blocks reserved for requests whose prefill runs elsewhere.
+//
+// The router reserves blocks here (Reserve), a prefill worker writes its KV straight into them,
+// and the router then commits the lease (Commit) so decoding can start. A lease that is never
+// committed must not leak blocks when the prefill worker dies or the router forgets it, hence
+// the TTL and ReclaimExpired.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/kvcache/kv_block_pool.h"
+
+namespace dq {
+
+// Consecutive block ids [start, start + count): one contiguous region per layer, so one
+// transfer per run per layer (mirrors proto BlockRun).
+struct BlockRun {
+  int32_t start = 0;
+  int32_t count = 0;
+  bool operator==(const BlockRun&) const = default;
+};
+
+// Splits a block list (in token order) into maximal runs of consecutive ids.
+std::vector<BlockRun> ToBlockRuns(const std::vector<int32_t>& blocks);
+
+struct KvLease {
+  using TimePoint = std::chrono::steady_clock::time_point;
+  std::string lease_id;
+  std::string request_id;
+  std::vector<int32_t> blocks;  // token order
+  std::vector<BlockRun> runs;   // `blocks` as runs, same order
+  int tokens_reserved = 0;
+  TimePoint expires_at;
+};
+
+struct KvLeaseStats {
+  int leases_active = 0;        // reserved, not yet committed
+  int leases_committed = 0;     // committed, not yet released
+  int blocks_leased = 0;        // held by active + committed leases
+  int64_t reclaimed_total = 0;  // leases reclaimed by TTL since construction
+};
+
+// Thread-safe. The table is the only user of `pool` while it exists (the pool itself is not
+// thread-safe), and it owns the blocks of every lease until Release.
+class KvLeaseTable {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using TimePoint = Clock::time_point;
+
+  // `clock` is injectable so TTL tests need no sleeping; defaults to steady_clock::now.
+  explicit KvLeaseTable(KvBlockPool& pool, std::function<TimePoint()> clock = nullptr);
+  KvLeaseTable(const KvLeaseTable&) = delete;
+  KvLeaseTable& operator=(const KvLeaseTable&) = delete;
+
+  // Pure check: would Reserve(tokens) find enough free blocks right now?
+  bool can_reserve(int tokens) const;
+
+  // Reserves the blocks for `tokens_needed` tokens, held until Commit + Release, or until `ttl`
+  // passes without a Commit. Errors: InvalidArgument (tokens <= 0, empty request id),
+  // AlreadyExists (request id already holds a lease), ResourceExhausted (not enough blocks).
+  absl::StatusOr<KvLease> Reserve(std::string_view request_id, int tokens_needed,
+                                  std::chrono::milliseconds ttl);
+
+  // The prefill finished writing `num_tokens` tokens of KV. The lease stops being subject to its
+  // TTL; the returned sequence is the block table to decode from (the table still owns the
+  // blocks). Errors: NotFound (unknown lease), FailedPrecondition (expired and reclaimed,
+  // released, or already committed), InvalidArgument (num_tokens beyond the reservation).
+  absl::StatusOr<KvSequence> Commit(std::string_view lease_id, int num_tokens);
+
+  // Frees a lease's blocks (finish, cancellation, failure), committed or not. A second release
+  // of the same lease is an error status, never a double free.
+  absl::Status Release(std::string_view lease_id);
+  absl::Status ReleaseRequest(std::string_view request_id);
+
+  // Frees every uncommitted lease whose TTL has passed at `now`; returns how many.
+  int ReclaimExpired(TimePoint now);
+  // Same, at the injected clock's now.
+  int ReclaimExpired();
+
+  KvLeaseStats stats() const;
+  // The live lease named `lease_id` (diagnostics, Decode lookups).
+  absl::StatusOr<KvLease> Find(std::string_view lease_id) const;
+
+ private:
+  struct Entry {
+    KvLease lease;
+    bool committed = false;
+  };
+  // Why a lease id is no longer live; remembered so errors can say what happened to it.
+  enum class Ended { kReleased, kReclaimed };
+
+  absl::Status EndedError(std::string_view lease_id, std::string_view action) const;
+  void RememberEnded(const std::string& lease_id, Ended why);
+  // Frees the entry's blocks and forgets it. Caller holds mu_.
+  void EraseLocked(std::map<std::string, Entry, std::less<>>::iterator it, Ended why);
+  int ReclaimExpiredLocked(TimePoint now);
+
+  KvBlockPool& pool_;
+  std::function<TimePoint()> clock_;
+
+  mutable std::mutex mu_;
+  uint64_t next_lease_ = 1;
+  std::map<std::string, Entry, std::less<>> leases_;  // by lease id
+  std::unordered_map<std::string, std::string> lease_by_request_;
+  std::unordered_map<std::string, Ended> ended_;
+  std::deque<std::string> ended_order_;  // bounds ended_ (oldest first)
+  int committed_ = 0;
+  int blocks_leased_ = 0;
+  int64_t reclaimed_total_ = 0;
+};
+
+}  // namespace dq
