@@ -19,9 +19,14 @@ constexpr int64_t kRowTile = 8;
 void MatMulFused(const LinearWeight& w, const float* x, int64_t rows, float* y, ThreadPool& pool) {
   const int64_t out = w.out_features, in = w.in_features;
   pool.ParallelFor(out, 32, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const uint8_t* row = w.row(r);
-      for (int64_t m = 0; m < rows; ++m) y[m * out + r] = DotRow(w.dtype, row, x + m * in, in);
+    // Each output is DotRow(row, x_m) exactly (DotRows only shares x loads across rows), so a
+    // (row, token) result is independent of the batch and of the thread split.
+    constexpr int64_t kChunk = 32;
+    for (int64_t r0 = begin; r0 < end; r0 += kChunk) {
+      const int nr = static_cast<int>(std::min(kChunk, end - r0));
+      for (int64_t m = 0; m < rows; ++m) {
+        DotRows(w.dtype, w.row(r0), w.row_bytes, nr, x + m * in, in, y + m * out + r0);
+      }
     }
   });
 }

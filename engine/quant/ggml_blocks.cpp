@@ -195,6 +195,94 @@ float DotQ8_0Avx2(const uint8_t* row, const float* x, int64_t nblocks) {
   return HorizontalSum(acc);
 }
 
+// Multi-row variants: NR rows (row_bytes apart) against one x, each row's arithmetic being
+// exactly the op sequence of the single-row kernel above (so results are bit-identical to
+// DotRow); only the x loads, the loop overhead and the call are shared between rows.
+template <int NR>
+void DotRowsQ4_0Avx2(const uint8_t* row, int64_t row_bytes, const float* x, int64_t nblocks,
+                     float* out) {
+  __m256 acc[NR];
+  for (int r = 0; r < NR; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nblocks; ++b, row += kQ4_0Bytes, x += kQK) {
+    const __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);
+    const __m256 x2 = _mm256_loadu_ps(x + 16), x3 = _mm256_loadu_ps(x + 24);
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* p = row + r * row_bytes;
+      __m256 q[4];
+      UnpackNibbles(p + 2, 8, q);
+      __m256 p0 = _mm256_mul_ps(q[0], x0);
+      __m256 p1 = _mm256_mul_ps(q[1], x1);
+      p0 = _mm256_fmadd_ps(q[2], x2, p0);
+      p1 = _mm256_fmadd_ps(q[3], x3, p1);
+      acc[r] = _mm256_fmadd_ps(BroadcastF16(p), _mm256_add_ps(p0, p1), acc[r]);
+    }
+  }
+  for (int r = 0; r < NR; ++r) out[r] = HorizontalSum(acc[r]);
+}
+
+template <int NR>
+void DotRowsQ8_0Avx2(const uint8_t* row, int64_t row_bytes, const float* x, int64_t nblocks,
+                     float* out) {
+  __m256 acc[NR];
+  for (int r = 0; r < NR; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nblocks; ++b, row += kQ8_0Bytes, x += kQK) {
+    const __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);
+    const __m256 x2 = _mm256_loadu_ps(x + 16), x3 = _mm256_loadu_ps(x + 24);
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* p = row + r * row_bytes;
+      __m256 q[4];
+      UnpackQ8(p + 2, q);
+      __m256 p0 = _mm256_mul_ps(q[0], x0);
+      __m256 p1 = _mm256_mul_ps(q[1], x1);
+      p0 = _mm256_fmadd_ps(q[2], x2, p0);
+      p1 = _mm256_fmadd_ps(q[3], x3, p1);
+      acc[r] = _mm256_fmadd_ps(BroadcastF16(p), _mm256_add_ps(p0, p1), acc[r]);
+    }
+  }
+  for (int r = 0; r < NR; ++r) out[r] = HorizontalSum(acc[r]);
+}
+
+template <int NR>
+void DotRowsQ4_1Avx2(const uint8_t* row, int64_t row_bytes, const float* x, int64_t nblocks,
+                     float* out) {
+  __m256 acc[NR][4];
+  for (int r = 0; r < NR; ++r) {
+    for (int k = 0; k < 4; ++k) acc[r][k] = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < nblocks; ++b, row += kQ4_1Bytes, x += kQK) {
+    __m256 xv[4];
+    for (int k = 0; k < 4; ++k) xv[k] = _mm256_loadu_ps(x + 8 * k);
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* p = row + r * row_bytes;
+      __m256 q[4];
+      UnpackNibbles(p + 4, 0, q);
+      uint32_t dm_bits;
+      std::memcpy(&dm_bits, p, sizeof dm_bits);
+      const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dm_bits)));
+      const __m256 d = _mm256_broadcastss_ps(dm);
+      const __m256 m = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
+      for (int k = 0; k < 4; ++k) {
+        acc[r][k] = _mm256_fmadd_ps(_mm256_fmadd_ps(q[k], d, m), xv[k], acc[r][k]);
+      }
+    }
+  }
+  for (int r = 0; r < NR; ++r) {
+    out[r] = HorizontalSum(_mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][1]),
+                                         _mm256_add_ps(acc[r][2], acc[r][3])));
+  }
+}
+
+using DotRowsFn = void (*)(const uint8_t*, int64_t, const float*, int64_t, float*);
+
+// Runs `fn4` over groups of 4 rows, then `fn2`, then `fn1` on what is left.
+void DotRowsGrouped(DotRowsFn fn4, DotRowsFn fn2, DotRowsFn fn1, const uint8_t* rows,
+                    int64_t row_bytes, int nrows, const float* x, int64_t nblocks, float* out) {
+  int r = 0;
+  for (; r + 4 <= nrows; r += 4) fn4(rows + r * row_bytes, row_bytes, x, nblocks, out + r);
+  for (; r + 2 <= nrows; r += 2) fn2(rows + r * row_bytes, row_bytes, x, nblocks, out + r);
+  for (; r < nrows; ++r) fn1(rows + r * row_bytes, row_bytes, x, nblocks, out + r);
+}
+
 // Loads 8 values of a scalar type as fp32.
 template <DType T>
 inline __m256 Load8(const uint8_t* p) {
@@ -319,6 +407,28 @@ float DotRow(DType t, const uint8_t* row, const float* x, int64_t n) {
   }
 #endif
   return DotScalar(t, row, x, n);
+}
+
+void DotRows(DType t, const uint8_t* rows, int64_t row_bytes, int nrows, const float* x, int64_t n,
+             float* out) {
+#ifdef DQ_GGML_AVX2
+  if (n > 0) {
+    switch (t) {
+      case DType::kQ4_0:
+        return DotRowsGrouped(DotRowsQ4_0Avx2<4>, DotRowsQ4_0Avx2<2>, DotRowsQ4_0Avx2<1>, rows,
+                              row_bytes, nrows, x, n / kQK, out);
+      case DType::kQ4_1:
+        return DotRowsGrouped(DotRowsQ4_1Avx2<4>, DotRowsQ4_1Avx2<2>, DotRowsQ4_1Avx2<1>, rows,
+                              row_bytes, nrows, x, n / kQK, out);
+      case DType::kQ8_0:
+        return DotRowsGrouped(DotRowsQ8_0Avx2<4>, DotRowsQ8_0Avx2<2>, DotRowsQ8_0Avx2<1>, rows,
+                              row_bytes, nrows, x, n / kQK, out);
+      default:
+        break;
+    }
+  }
+#endif
+  for (int r = 0; r < nrows; ++r) out[r] = DotRow(t, rows + r * row_bytes, x, n);
 }
 
 }  // namespace dq

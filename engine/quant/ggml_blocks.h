@@ -27,4 +27,9 @@ void DequantizeRow(DType t, const uint8_t* src, float* dst, int64_t n);
 // Agrees with DequantizeRow followed by a scalar dot to ~1e-5 of sum_i |w_i * x_i|.
 float DotRow(DType t, const uint8_t* row, const float* x, int64_t n);
 
+// out[r] = DotRow(t, rows + r * row_bytes, x, n) for r in [0, nrows), bit-identical to DotRow
+// (the same per-row summation order), but sharing each x load across several rows.
+void DotRows(DType t, const uint8_t* rows, int64_t row_bytes, int nrows, const float* x, int64_t n,
+             float* out);
+
 }  // namespace dq

@@ -33,7 +33,8 @@ gen "full disaggregation nvfp4 -> lut2" --model "$TMP/lut2" \
 
 "$BIN/dq-tool" fidelity --reference "$TINY" --text "$SRC/tests/data/fidelity_text.txt" \
   --tokens 96 --prefix 48 --json --run "bf16=$TMP/bf16" --run "nvfp4-w4a4=$TMP/nvfp4:w4a4" \
-  --run "nvfp4-fmt-disagg=$TMP/nvfp4:w4a4,$TMP/nvfp4:weight_only" >"$TMP/fid.json" 2>"$TMP/fid.err"
+  --run "nvfp4-fmt-disagg=$TMP/nvfp4:w4a4,$TMP/nvfp4:weight_only" \
+  --run "full-disagg=$TMP/nvfp4:w4a4,$TMP/lut2" >"$TMP/fid.json" 2>"$TMP/fid.err"
 python3 - "$TMP/fid.json" <<'PY' && pass "fidelity json" || fail "fidelity: $(cat "$TMP/fid.err")"
 import json, sys
 r = {x["label"]: x for x in json.load(open(sys.argv[1]))["runs"]}
@@ -41,6 +42,9 @@ assert r["bf16"]["all"]["kl"] < r["nvfp4-w4a4"]["all"]["kl"], r
 # Dropping activation quantization in decode only lowers the decode-side KL.
 assert r["nvfp4-fmt-disagg"]["decode_side"]["kl"] < r["nvfp4-w4a4"]["decode_side"]["kl"], r
 assert r["nvfp4-fmt-disagg"]["prefill_side"]["kl"] == r["nvfp4-w4a4"]["prefill_side"]["kl"], r
+# A decode phase given without a mode runs weight-only (lut2 has no activation quantization).
+assert r["full-disagg"]["decode"]["compute"] == "weight_only", r
+assert r["full-disagg"]["prefill_side"]["kl"] == r["nvfp4-w4a4"]["prefill_side"]["kl"], r
 PY
 
 expect_error "unknown format" "unknown quantization format 'int5'.*known:" \

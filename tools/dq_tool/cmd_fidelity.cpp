@@ -55,7 +55,10 @@ absl::StatusOr<RunSpec> ParseRun(const std::string& s) {
   auto parse = [](const std::string& p, std::string* path, ComputeMode* mode) -> absl::Status {
     const size_t colon = p.rfind(':');
     *path = colon == std::string::npos ? p : p.substr(0, colon);
-    if (colon == std::string::npos) return absl::OkStatus();
+    if (colon == std::string::npos) {
+      *mode = ComputeMode::kWeightOnly;
+      return absl::OkStatus();
+    }
     DQ_ASSIGN_OR_RETURN(*mode, ParseComputeMode(p.substr(colon + 1)));
     return absl::OkStatus();
   };

@@ -180,5 +180,39 @@ TEST(GgmlBlocks, DotRowAgreesWithDequantize) {
   }
 }
 
+// DotRows must give exactly DotRow's bits for every row (same per-row summation order),
+// whatever the row count (exercising the 4-, 2- and 1-row groups) and with padded row strides.
+TEST(GgmlBlocks, DotRowsBitIdenticalToDotRow) {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kF32, DType::kF16,
+                  DType::kBF16}) {
+    for (int64_t n : {32, 64, 576, 1536}) {
+      for (int nrows : {1, 2, 3, 4, 5, 7, 8, 13, 32}) {
+        for (int64_t pad : {0, 6}) {
+          const int64_t row_bytes = DTypeRowBytes(t, n) + pad;
+          std::vector<uint8_t> rows(row_bytes * nrows);
+          for (int r = 0; r < nrows; ++r) {
+            const std::vector<uint8_t> row = RandomRow(t, n, rng);
+            std::memcpy(&rows[r * row_bytes], row.data(), row.size());
+          }
+          std::vector<float> x(n);
+          for (float& v : x) v = normal(rng);
+          std::vector<float> got(nrows, -1.0f);
+          DotRows(t, rows.data(), row_bytes, nrows, x.data(), n, got.data());
+          for (int r = 0; r < nrows; ++r) {
+            const float want = DotRow(t, &rows[r * row_bytes], x.data(), n);
+            uint32_t gb, wb;
+            std::memcpy(&gb, &got[r], 4);
+            std::memcpy(&wb, &want, 4);
+            EXPECT_EQ(gb, wb) << DTypeName(t) << " n=" << n << " nrows=" << nrows << " r=" << r
+                              << " pad=" << pad << " got=" << got[r] << " want=" << want;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dq
