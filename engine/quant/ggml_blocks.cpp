@@ -206,6 +206,7 @@ void DotRowsQ4_0Avx2(const uint8_t* row, int64_t row_bytes, const float* x, int6
   for (int64_t b = 0; b < nblocks; ++b, row += kQ4_0Bytes, x += kQK) {
     const __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);
     const __m256 x2 = _mm256_loadu_ps(x + 16), x3 = _mm256_loadu_ps(x + 24);
+#pragma GCC unroll 4
     for (int r = 0; r < NR; ++r) {
       const uint8_t* p = row + r * row_bytes;
       __m256 q[4];
@@ -228,6 +229,7 @@ void DotRowsQ8_0Avx2(const uint8_t* row, int64_t row_bytes, const float* x, int6
   for (int64_t b = 0; b < nblocks; ++b, row += kQ8_0Bytes, x += kQK) {
     const __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);
     const __m256 x2 = _mm256_loadu_ps(x + 16), x3 = _mm256_loadu_ps(x + 24);
+#pragma GCC unroll 4
     for (int r = 0; r < NR; ++r) {
       const uint8_t* p = row + r * row_bytes;
       __m256 q[4];
@@ -242,43 +244,50 @@ void DotRowsQ8_0Avx2(const uint8_t* row, int64_t row_bytes, const float* x, int6
   for (int r = 0; r < NR; ++r) out[r] = HorizontalSum(acc[r]);
 }
 
+// One Q4_1 block of one row into that row's four accumulators: DotQ4_1Avx2's loop body. x is
+// read straight from memory (folded into the FMA): 2 rows * 4 accumulators leave no registers.
+inline void Q4_1BlockAcc(const uint8_t* p, const float* x, __m256& a0, __m256& a1, __m256& a2,
+                         __m256& a3) {
+  __m256 q[4];
+  UnpackNibbles(p + 4, 0, q);
+  uint32_t dm_bits;
+  std::memcpy(&dm_bits, p, sizeof dm_bits);
+  const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dm_bits)));
+  const __m256 d = _mm256_broadcastss_ps(dm);
+  const __m256 m = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
+  a0 = _mm256_fmadd_ps(_mm256_fmadd_ps(q[0], d, m), _mm256_loadu_ps(x), a0);
+  a1 = _mm256_fmadd_ps(_mm256_fmadd_ps(q[1], d, m), _mm256_loadu_ps(x + 8), a1);
+  a2 = _mm256_fmadd_ps(_mm256_fmadd_ps(q[2], d, m), _mm256_loadu_ps(x + 16), a2);
+  a3 = _mm256_fmadd_ps(_mm256_fmadd_ps(q[3], d, m), _mm256_loadu_ps(x + 24), a3);
+}
+
+inline float SumQ4_1Acc(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+  return HorizontalSum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+}
+
 template <int NR>
 void DotRowsQ4_1Avx2(const uint8_t* row, int64_t row_bytes, const float* x, int64_t nblocks,
                      float* out) {
-  __m256 acc[NR][4];
-  for (int r = 0; r < NR; ++r) {
-    for (int k = 0; k < 4; ++k) acc[r][k] = _mm256_setzero_ps();
-  }
+  static_assert(NR == 1 || NR == 2);
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
   for (int64_t b = 0; b < nblocks; ++b, row += kQ4_1Bytes, x += kQK) {
-    __m256 xv[4];
-    for (int k = 0; k < 4; ++k) xv[k] = _mm256_loadu_ps(x + 8 * k);
-    for (int r = 0; r < NR; ++r) {
-      const uint8_t* p = row + r * row_bytes;
-      __m256 q[4];
-      UnpackNibbles(p + 4, 0, q);
-      uint32_t dm_bits;
-      std::memcpy(&dm_bits, p, sizeof dm_bits);
-      const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dm_bits)));
-      const __m256 d = _mm256_broadcastss_ps(dm);
-      const __m256 m = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
-      for (int k = 0; k < 4; ++k) {
-        acc[r][k] = _mm256_fmadd_ps(_mm256_fmadd_ps(q[k], d, m), xv[k], acc[r][k]);
-      }
-    }
+    Q4_1BlockAcc(row, x, a0, a1, a2, a3);
+    if constexpr (NR == 2) Q4_1BlockAcc(row + row_bytes, x, b0, b1, b2, b3);
   }
-  for (int r = 0; r < NR; ++r) {
-    out[r] = HorizontalSum(_mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][1]),
-                                         _mm256_add_ps(acc[r][2], acc[r][3])));
-  }
+  out[0] = SumQ4_1Acc(a0, a1, a2, a3);
+  if constexpr (NR == 2) out[1] = SumQ4_1Acc(b0, b1, b2, b3);
 }
 
 using DotRowsFn = void (*)(const uint8_t*, int64_t, const float*, int64_t, float*);
 
-// Runs `fn4` over groups of 4 rows, then `fn2`, then `fn1` on what is left.
+// Runs `fn4` (if any) over groups of 4 rows, then `fn2`, then `fn1` on what is left.
 void DotRowsGrouped(DotRowsFn fn4, DotRowsFn fn2, DotRowsFn fn1, const uint8_t* rows,
                     int64_t row_bytes, int nrows, const float* x, int64_t nblocks, float* out) {
   int r = 0;
-  for (; r + 4 <= nrows; r += 4) fn4(rows + r * row_bytes, row_bytes, x, nblocks, out + r);
+  for (; fn4 != nullptr && r + 4 <= nrows; r += 4) {
+    fn4(rows + r * row_bytes, row_bytes, x, nblocks, out + r);
+  }
   for (; r + 2 <= nrows; r += 2) fn2(rows + r * row_bytes, row_bytes, x, nblocks, out + r);
   for (; r < nrows; ++r) fn1(rows + r * row_bytes, row_bytes, x, nblocks, out + r);
 }
@@ -418,8 +427,8 @@ void DotRows(DType t, const uint8_t* rows, int64_t row_bytes, int nrows, const f
         return DotRowsGrouped(DotRowsQ4_0Avx2<4>, DotRowsQ4_0Avx2<2>, DotRowsQ4_0Avx2<1>, rows,
                               row_bytes, nrows, x, n / kQK, out);
       case DType::kQ4_1:
-        return DotRowsGrouped(DotRowsQ4_1Avx2<4>, DotRowsQ4_1Avx2<2>, DotRowsQ4_1Avx2<1>, rows,
-                              row_bytes, nrows, x, n / kQK, out);
+        return DotRowsGrouped(nullptr, DotRowsQ4_1Avx2<2>, DotRowsQ4_1Avx2<1>, rows, row_bytes,
+                              nrows, x, n / kQK, out);
       case DType::kQ8_0:
         return DotRowsGrouped(DotRowsQ8_0Avx2<4>, DotRowsQ8_0Avx2<2>, DotRowsQ8_0Avx2<1>, rows,
                               row_bytes, nrows, x, n / kQK, out);

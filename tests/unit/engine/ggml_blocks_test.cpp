@@ -185,8 +185,8 @@ TEST(GgmlBlocks, DotRowAgreesWithDequantize) {
 TEST(GgmlBlocks, DotRowsBitIdenticalToDotRow) {
   std::mt19937 rng(23);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kF32, DType::kF16,
-                  DType::kBF16}) {
+  for (DType t :
+       {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kF32, DType::kF16, DType::kBF16}) {
     for (int64_t n : {32, 64, 576, 1536}) {
       for (int nrows : {1, 2, 3, 4, 5, 7, 8, 13, 32}) {
         for (int64_t pad : {0, 6}) {
