@@ -3,6 +3,10 @@
 #include <algorithm>
 
 namespace dq {
+namespace {
+// Chunk index of a loop that is being set up: larger than any real chunk count.
+constexpr uint64_t kClosed = 0xffffffffu;
+}  // namespace
 
 int DefaultThreadCount() { return std::max(1u, std::thread::hardware_concurrency()); }
 
@@ -71,13 +75,17 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   const int64_t target_chunks = static_cast<int64_t>(num_threads_) * 4;
   const int64_t chunk_size = std::max(grain, (n + target_chunks - 1) / target_chunks);
   const int64_t num_chunks = (n + chunk_size - 1) / chunk_size;
-  // Publish the loop, then its generation: a worker that sees the new work_ sees the fields.
+  const uint64_t gen = generation_.load(std::memory_order_relaxed) + 1;
+  // Close the previous loop first: a worker still holding its (generation, chunk) word must not
+  // be able to claim a chunk while the fields below change (it would run the new body with a
+  // stale chunk index and count a chunk the new loop never had).
+  work_.store(((gen & 0xffffffffu) << 32) | kClosed, std::memory_order_seq_cst);
+  // Publish the loop, then open it: a worker that sees the open work_ sees the fields.
   chunk_size_.store(chunk_size, std::memory_order_relaxed);
   num_chunks_.store(num_chunks, std::memory_order_relaxed);
   n_.store(n, std::memory_order_relaxed);
   body_.store(&body, std::memory_order_relaxed);
   done_.store(0, std::memory_order_relaxed);
-  const uint64_t gen = generation_.load(std::memory_order_relaxed) + 1;
   work_.store((gen & 0xffffffffu) << 32, std::memory_order_release);
   {
     std::lock_guard<std::mutex> lock(mu_);
