@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Runs every test that runs without a GPU: set-up first (packages, model, build), then CTest on
-# the optimized build, then the unit tests again under address + undefined-behaviour sanitizers
-# (the `dev` preset; the whole-model goldens and end-to-end scripts run only in the first pass,
-# since they are slow in a debug build). GPU tests live in tests/gpu/ (tests/gpu/run.sh).
-#   DQ_SKIP_SANITIZERS=1 scripts/test.sh     skips the second pass
+# the optimized build. GPU tests live in tests/gpu/.
+#   DQ_SANITIZERS=1 scripts/test.sh   also runs the unit tests under address + undefined-behaviour
+#                                     sanitizers (the `dev` preset; goldens and end-to-end scripts
+#                                     only run in the optimized pass, they are slow in debug)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh release
 scripts/check-format.sh
 ctest --preset release -j "$(nproc)" "$@"
-if [ "${DQ_SKIP_SANITIZERS:-0}" != "1" ]; then
+if [ "${DQ_SANITIZERS:-0}" = "1" ]; then
   echo "test: unit tests under ASan + UBSan (dev preset)"
   cmake --preset dev >/dev/null
   cmake --build --preset dev
