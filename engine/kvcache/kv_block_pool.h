@@ -62,6 +62,19 @@ class KvBlockPool {
     return At(values_, layer, block, slot);
   }
 
+  // The raw K and V storage, for registering with a KV transport: each is one region holding
+  // every layer, layer after layer (layer_stride_bytes apart), and inside a layer block after
+  // block (block_bytes apart). Element type: float32 ("f32").
+  float* keys_data() { return keys_.data(); }
+  float* values_data() { return values_.data(); }
+  uint64_t region_bytes() const { return keys_.size() * sizeof(float); }
+  uint64_t layer_stride_bytes() const { return LayerStride() * sizeof(float); }
+  uint64_t block_bytes() const { return options_.block_size * TokenStride() * sizeof(float); }
+  // Byte offset of (layer, block) inside keys_data() / values_data().
+  uint64_t block_offset(int layer, int32_t block) const {
+    return layer * layer_stride_bytes() + static_cast<uint64_t>(block) * block_bytes();
+  }
+
  private:
   int64_t TokenStride() const { return int64_t{options_.num_kv_heads} * options_.head_dim; }
   int64_t LayerStride() const {

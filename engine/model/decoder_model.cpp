@@ -120,7 +120,7 @@ void DecoderModel::Logits(const Batch& batch, Scratch& s, ThreadPool& threads,
 }
 
 absl::Status DecoderModel::Forward(const Batch& batch, KvBlockPool& pool, ThreadPool& threads,
-                                   BatchLogits* logits) const {
+                                   BatchLogits* logits, const ForwardHooks& hooks) const {
   DQ_RETURN_IF_ERROR(Check(batch, pool));
   const ModelConfig& c = config_;
   Scratch s;
@@ -141,6 +141,7 @@ absl::Status DecoderModel::Forward(const Batch& batch, KvBlockPool& pool, Thread
   Embed(batch, s.x.data());
   for (int layer = 0; layer < c.num_layers; ++layer) {
     AttentionBlock(layer, batch, s, pool, threads);
+    if (hooks.on_layer_kv_written) hooks.on_layer_kv_written(layer);
     MlpBlock(layer, s, threads);
   }
   for (const BatchItem& it : batch.items) it.kv->num_tokens += static_cast<int>(it.tokens.size());

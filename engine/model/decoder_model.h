@@ -18,6 +18,15 @@ enum class LinearInput { kQkv, kO, kGateUp, kDown };
 using LinearObserver =
     std::function<void(int layer, LinearInput which, const float* x, int64_t rows, int64_t n)>;
 
+// Optional callbacks during one forward pass. They run on the calling thread between layers, so
+// they must be quick (post a transfer, not wait for it).
+struct ForwardHooks {
+  // Called once per layer as soon as that layer's K/V for every new token of the batch is in the
+  // pool (before the layer's MLP runs): a prefill worker ships the layer's KV pages from here, so
+  // the transfer overlaps the rest of the forward pass.
+  std::function<void(int layer)> on_layer_kv_written;
+};
+
 class DecoderModel {
  public:
   DecoderModel(ModelConfig config, DecoderWeights weights);
@@ -31,7 +40,7 @@ class DecoderModel {
   // Preconditions (checked, error on violation): every item has blocks for its new tokens,
   // token ids are in the vocabulary, positions stay below max_context.
   absl::Status Forward(const Batch& batch, KvBlockPool& pool, ThreadPool& threads,
-                       BatchLogits* logits) const;
+                       BatchLogits* logits, const ForwardHooks& hooks = {}) const;
 
  private:
   struct Scratch;

@@ -50,9 +50,9 @@ class ModelRunner {
 
   // One forward pass; Phase::kPrefill batches run on the prefill weights, kDecode on the decode
   // weights. See DecoderModel::Forward.
-  absl::Status Forward(const Batch& batch, BatchLogits* logits) {
+  absl::Status Forward(const Batch& batch, BatchLogits* logits, const ForwardHooks& hooks = {}) {
     const DecoderModel& m = batch.phase == Phase::kPrefill ? *prefill_ : *decode_;
-    return m.Forward(batch, pool_, threads_, logits);
+    return m.Forward(batch, pool_, threads_, logits, hooks);
   }
 
  private:

@@ -51,8 +51,11 @@ class Sampler {
   const SamplingParams& params() const { return params_; }
   // How many times `token` was accepted.
   int Count(int32_t token) const;
-  // The number of Sample() calls so far (the RNG counter).
+  // The number of random numbers drawn so far (the RNG counter).
   uint64_t draws() const { return draws_; }
+  // Continues a stream another sampler started (the prefill worker sampled the first token):
+  // the next draw is the (draws + 1)-th of the seed's stream. Precondition: nothing drawn yet.
+  void ResumeAfter(uint64_t draws) { draws_ = draws; }
 
  private:
   struct Candidate {

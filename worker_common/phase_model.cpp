@@ -1,0 +1,51 @@
+#include "worker_common/phase_model.h"
+
+#include <map>
+
+#include "absl/strings/str_cat.h"
+
+namespace dq::worker {
+
+std::string StorageScheme(const Model& model) {
+  const QuantConfig& q = model.config.quant;
+  if (q.quantized()) {
+    return q.group_size > 0 ? absl::StrCat(q.scheme, "-g", q.group_size) : q.scheme;
+  }
+  std::map<std::string, int64_t> bytes;
+  for (const TensorView& t : model.checkpoint->tensors()) {
+    if (t.shape.size() == 2) bytes[DTypeName(t.dtype)] += t.nbytes;
+  }
+  std::string best = "unknown";
+  int64_t most = -1;
+  for (const auto& [name, n] : bytes) {
+    if (n > most) best = name, most = n;
+  }
+  return best;
+}
+
+absl::StatusOr<std::unique_ptr<PhaseModel>> LoadPhaseModel(const PhaseModelOptions& o) {
+  if (o.model.empty()) return absl::InvalidArgumentError("give --model (a .gguf file or HF dir)");
+  auto pm = std::make_unique<PhaseModel>();
+  DQ_ASSIGN_OR_RETURN(pm->model, LoadModel(o.model));
+  if (!o.weights.empty() && o.weights != o.model) {
+    DQ_ASSIGN_OR_RETURN(pm->weights, LoadModel(o.weights));
+    if (pm->weights->tokenizer.vocab_size() != pm->model->tokenizer.vocab_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          o.weights, " has a different tokenizer (", pm->weights->tokenizer.vocab_size(),
+          " tokens vs ", pm->model->tokenizer.vocab_size(), " in ", o.model,
+          "); a phase's weights must share the model's tokenizer"));
+    }
+  }
+  DQ_ASSIGN_OR_RETURN(pm->mode, ParseComputeMode(o.compute));
+  const Model& w = pm->phase_weights();
+  pm->scheme = absl::StrCat(StorageScheme(w), ":", ComputeModeName(pm->mode));
+  ModelRunnerOptions ro;
+  ro.threads = o.threads;
+  ro.kv_block_size = o.kv_block_size;
+  ro.kv_capacity = o.kv_capacity_tokens;
+  const PhaseWeights phase{w.checkpoint.get(), &w.config, pm->mode};
+  DQ_ASSIGN_OR_RETURN(pm->runner, ModelRunner::Create(phase, phase, ro));
+  return pm;
+}
+
+}  // namespace dq::worker

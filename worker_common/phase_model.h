@@ -1,0 +1,46 @@
+// What a worker serves: one model (tokenizer, config, chat template) and the weights of its
+// phase bound to a ModelRunner. Both workers load the same way, so it lives here once.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "engine/model/model_loader.h"
+#include "engine/model/model_runner.h"
+#include "engine/quant/weight_codec.h"
+
+namespace dq::worker {
+
+struct PhaseModelOptions {
+  // A .gguf file or a HF checkpoint directory: tokenizer, config, and the weights unless
+  // `weights` is given.
+  std::string model;
+  // This phase's own checkpoint (full disaggregation); empty: the model's weights.
+  std::string weights;
+  // "weight_only", "w8a8" (fp8) or "w4a4" (nvfp4).
+  std::string compute = "weight_only";
+  int threads = 0;             // 0: all hardware threads
+  int kv_block_size = 16;      // tokens per KV block
+  int kv_capacity_tokens = 0;  // KV pool size in tokens; 0: min(context, 8192)
+};
+
+struct PhaseModel {
+  std::unique_ptr<Model> model;    // tokenizer, chat template, config
+  std::unique_ptr<Model> weights;  // set when the phase has its own checkpoint
+  ComputeMode mode = ComputeMode::kWeightOnly;
+  std::string scheme;  // e.g. "Q4_1:weight_only", "nvfp4:w4a4", "bf16:weight_only"
+  std::unique_ptr<ModelRunner> runner;
+
+  const Model& phase_weights() const { return weights ? *weights : *model; }
+};
+
+// Loads the model and this phase's weights and builds the runner (both of its phases run the
+// same weights in the same mode). Errors name the path and what is wrong.
+absl::StatusOr<std::unique_ptr<PhaseModel>> LoadPhaseModel(const PhaseModelOptions& options);
+
+// A short name for how a checkpoint's linear weights are stored: the quantization scheme from
+// its config ("nvfp4", "int4-g128"), else the dtype holding most of its bytes ("Q4_1", "bf16").
+std::string StorageScheme(const Model& model);
+
+}  // namespace dq::worker
