@@ -1,0 +1,172 @@
+#include "common/deploy_config.h"
+
+#include <toml++/toml.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace dq {
+namespace {
+
+// Reads the keys of one table into fields, refusing keys nobody reads.
+class TableReader {
+ public:
+  TableReader(const toml::table& t, std::string where) : t_(t), where_(std::move(where)) {}
+
+  template <typename T>
+  void Get(const char* key, T* out) {
+    seen_.insert(key);
+    const toml::node* n = t_.get(key);
+    if (n == nullptr || !status_.ok()) return;
+    if constexpr (std::is_same_v<T, std::string>) {
+      if (auto v = n->value<std::string>()) return void(*out = *v);
+      Fail(key, "a string");
+    } else {
+      if (auto v = n->value<int64_t>()) {
+        if (*v < 0 || *v > std::numeric_limits<T>::max())
+          return Fail(key, "a non-negative integer");
+        return void(*out = static_cast<T>(*v));
+      }
+      Fail(key, "an integer");
+    }
+  }
+
+  absl::Status Finish() {
+    if (!status_.ok()) return status_;
+    for (const auto& [k, v] : t_) {
+      const std::string key(k.str());
+      if (!seen_.count(key) && !v.is_table()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where_, ": unknown key \"", key, "\"; see common/deploy_config.h"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  void Fail(const char* key, const char* want) {
+    status_ = absl::InvalidArgumentError(absl::StrCat(where_, ": \"", key, "\" must be ", want));
+  }
+  const toml::table& t_;
+  std::string where_;
+  std::set<std::string> seen_;
+  absl::Status status_;
+};
+
+std::string Resolve(const std::string& base_dir, const std::string& path) {
+  if (path.empty() || base_dir.empty() || std::filesystem::path(path).is_absolute()) return path;
+  return (std::filesystem::path(base_dir) / path).lexically_normal().string();
+}
+
+absl::Status ReadPhase(const toml::table& t, const std::string& name, PhaseConfig* p) {
+  TableReader r(t, "[" + name + "]");
+  r.Get("weights", &p->weights);
+  r.Get("compute", &p->compute);
+  r.Get("threads", &p->threads);
+  r.Get("kv_capacity", &p->kv_capacity);
+  r.Get("port", &p->port);
+  if (name == "prefill") r.Get("token_budget", &p->token_budget);
+  if (name == "decode") {
+    r.Get("max_batch", &p->max_batch);
+    r.Get("lease_ttl_ms", &p->lease_ttl_ms);
+  }
+  return r.Finish();
+}
+
+absl::Status ReadRouter(const toml::table& t, RouterConfig* c) {
+  TableReader r(t, "[router]");
+  r.Get("host", &c->host);
+  r.Get("port", &c->port);
+  r.Get("grpc_port", &c->grpc_port);
+  r.Get("api_key_env", &c->api_key_env);
+  r.Get("max_in_flight", &c->max_in_flight);
+  r.Get("max_queue", &c->max_queue);
+  r.Get("queue_timeout_ms", &c->queue_timeout_ms);
+  r.Get("request_timeout_ms", &c->request_timeout_ms);
+  r.Get("max_body_bytes", &c->max_body_bytes);
+  return r.Finish();
+}
+
+absl::Status CheckValues(const DeployConfig& c) {
+  if (c.model.empty()) {
+    return absl::InvalidArgumentError(
+        "\"model\" is required: a .gguf file or a HF checkpoint folder");
+  }
+  if (c.transfer.backend != "tcp" && c.transfer.backend != "ucx") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[transfer] backend must be \"tcp\" or \"ucx\", got \"", c.transfer.backend, "\""));
+  }
+  for (int port : {c.router.port, c.router.grpc_port, c.prefill.port, c.decode.port}) {
+    if (port > 65535)
+      return absl::InvalidArgumentError(absl::StrCat("port ", port, " is out of range"));
+  }
+  if (c.router.max_in_flight < 1)
+    return absl::InvalidArgumentError("[router] max_in_flight must be >= 1");
+  if (c.decode.max_batch < 1) return absl::InvalidArgumentError("[decode] max_batch must be >= 1");
+  if (c.prefill.token_budget < 16) {
+    return absl::InvalidArgumentError("[prefill] token_budget must be >= 16");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<DeployConfig> ParseDeployConfig(std::string_view text, const std::string& base_dir,
+                                               std::string_view source_name) {
+  toml::table root;
+  try {
+    root = toml::parse(text, std::string(source_name));
+  } catch (const toml::parse_error& e) {
+    std::ostringstream msg;
+    msg << std::string(source_name) << ":" << e.source().begin.line << ":"
+        << e.source().begin.column << ": " << e.description();
+    return absl::InvalidArgumentError(msg.str());
+  }
+  DeployConfig c;
+  TableReader top(root, std::string(source_name));
+  top.Get("model", &c.model);
+  top.Get("served_model_name", &c.served_model_name);
+  DQ_RETURN_IF_ERROR(top.Finish());
+  for (const auto& [k, v] : root) {
+    const std::string key(k.str());
+    if (!v.is_table()) continue;
+    const toml::table& t = *v.as_table();
+    if (key == "router") {
+      DQ_RETURN_IF_ERROR(ReadRouter(t, &c.router));
+    } else if (key == "transfer") {
+      TableReader r(t, "[transfer]");
+      r.Get("backend", &c.transfer.backend);
+      r.Get("io_timeout_ms", &c.transfer.io_timeout_ms);
+      DQ_RETURN_IF_ERROR(r.Finish());
+    } else if (key == "prefill" || key == "decode") {
+      DQ_RETURN_IF_ERROR(ReadPhase(t, key, key == "prefill" ? &c.prefill : &c.decode));
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat(std::string(source_name), ": unknown table [", key,
+                       "]; expected [router], [transfer], [prefill] or [decode]"));
+    }
+  }
+  c.model = Resolve(base_dir, c.model);
+  c.prefill.weights = Resolve(base_dir, c.prefill.weights);
+  c.decode.weights = Resolve(base_dir, c.decode.weights);
+  DQ_RETURN_IF_ERROR(CheckValues(c));
+  return c;
+}
+
+absl::StatusOr<DeployConfig> LoadDeployConfig(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("cannot read the deployment config ", path,
+                                            "; see deploy/local.toml for an example"));
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  return ParseDeployConfig(ss.str(), dir.empty() ? "." : dir, path);
+}
+
+}  // namespace dq

@@ -1,0 +1,71 @@
+// A local deployment described in one TOML file: the model, the router's limits, and per phase
+// the weights, compute mode and worker settings (what `dqserve up --config` starts).
+//
+//   model = "../models/SmolLM2-135M-Instruct.Q4_1.gguf"   # relative paths: to the file's folder
+//   [router]   host, port, grpc_port, api_key_env, max_in_flight, max_queue, queue_timeout_ms,
+//              request_timeout_ms, max_body_bytes
+//   [transfer] backend ("tcp" | "ucx"), io_timeout_ms
+//   [prefill]  weights, compute, threads, token_budget, kv_capacity, port
+//   [decode]   weights, compute, threads, max_batch, kv_capacity, lease_ttl_ms, port
+//
+// Unknown tables or keys are errors (a typo must not silently fall back to a default).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace dq {
+
+struct RouterConfig {
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  int grpc_port = 0;  // 0: no gRPC front end
+  // Name of the environment variable holding the API key (keys never live in the file);
+  // empty or unset variable: no authentication.
+  std::string api_key_env = "DQ_API_KEY";
+  int max_in_flight = 4;
+  int max_queue = 16;
+  int queue_timeout_ms = 30000;
+  int request_timeout_ms = 600000;
+  int64_t max_body_bytes = 1 << 20;
+};
+
+struct TransferConfig {
+  std::string backend = "tcp";  // "tcp" or "ucx"
+  int io_timeout_ms = 10000;
+};
+
+struct PhaseConfig {
+  std::string weights;  // empty: the model's own weights
+  std::string compute = "weight_only";
+  int threads = 0;      // 0: all hardware threads
+  int kv_capacity = 0;  // tokens; 0: the worker's default
+  int port = 0;         // 0: a free loopback port
+  // prefill only
+  int token_budget = 2048;
+  // decode only
+  int max_batch = 4;
+  int lease_ttl_ms = 30000;
+};
+
+struct DeployConfig {
+  std::string model;
+  std::string served_model_name;  // empty: the model file/folder name
+  RouterConfig router;
+  TransferConfig transfer;
+  PhaseConfig prefill;
+  PhaseConfig decode;
+};
+
+// Parses TOML text; relative paths are resolved against `base_dir` (empty: kept as given).
+// Errors say which key is wrong and what is expected.
+absl::StatusOr<DeployConfig> ParseDeployConfig(std::string_view toml_text,
+                                               const std::string& base_dir = "",
+                                               std::string_view source_name = "config");
+// Reads and parses a file (paths relative to its folder).
+absl::StatusOr<DeployConfig> LoadDeployConfig(const std::string& path);
+
+}  // namespace dq

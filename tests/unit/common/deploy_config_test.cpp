@@ -1,0 +1,72 @@
+// The deployment TOML: defaults, overrides, path resolution, and errors that name the key.
+#include "common/deploy_config.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+namespace dq {
+namespace {
+
+TEST(DeployConfig, DefaultsAndOverrides) {
+  auto c = ParseDeployConfig(R"(
+model = "m.gguf"
+[router]
+port = 9000
+max_queue = 3
+[transfer]
+backend = "ucx"
+[prefill]
+compute = "w4a4"
+weights = "/abs/nvfp4"
+token_budget = 512
+[decode]
+weights = "int2"
+max_batch = 8
+)",
+                             "/deploy");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model, "/deploy/m.gguf");
+  EXPECT_EQ(c->router.port, 9000);
+  EXPECT_EQ(c->router.max_queue, 3);
+  EXPECT_EQ(c->router.max_in_flight, 4);  // default kept
+  EXPECT_EQ(c->transfer.backend, "ucx");
+  EXPECT_EQ(c->prefill.compute, "w4a4");
+  EXPECT_EQ(c->prefill.weights, "/abs/nvfp4");
+  EXPECT_EQ(c->prefill.token_budget, 512);
+  EXPECT_EQ(c->decode.weights, "/deploy/int2");
+  EXPECT_EQ(c->decode.max_batch, 8);
+  EXPECT_EQ(c->decode.compute, "weight_only");
+}
+
+void ExpectError(const char* toml, const char* needle) {
+  auto c = ParseDeployConfig(toml);
+  ASSERT_FALSE(c.ok()) << toml;
+  EXPECT_NE(c.status().message().find(needle), std::string::npos) << c.status();
+}
+
+TEST(DeployConfig, ErrorsNameTheProblem) {
+  ExpectError("[router]\nport = 1\n", "\"model\" is required");
+  ExpectError("model = \"m\"\n[router]\nprot = 1\n", "unknown key \"prot\"");
+  ExpectError("model = \"m\"\n[decoder]\nmax_batch = 1\n", "unknown table [decoder]");
+  ExpectError("model = \"m\"\n[router]\nport = \"80\"\n", "\"port\" must be an integer");
+  ExpectError("model = \"m\"\n[router]\nport = -1\n", "non-negative");
+  ExpectError("model = \"m\"\n[transfer]\nbackend = \"rdma\"\n", "backend must be");
+  ExpectError("model = \"m\"\n[decode]\nmax_batch = 0\n", "max_batch");
+  ExpectError("model = \"m\"\n[prefill]\ntoken_budget = 1\n", "token_budget");
+  ExpectError("model = \"m\"\nmodel = \"n\"\n", "config:2");  // parse error with position
+  // token_budget is a prefill key only.
+  ExpectError("model = \"m\"\n[decode]\ntoken_budget = 64\n", "unknown key \"token_budget\"");
+}
+
+TEST(DeployConfig, ShippedExamplesParse) {
+  for (const char* name : {"local.toml", "disagg-nvfp4-int2.toml"}) {
+    auto c = LoadDeployConfig(std::string(DQ_SOURCE_DIR) + "/deploy/" + name);
+    ASSERT_TRUE(c.ok()) << name << ": " << c.status();
+    EXPECT_TRUE(std::filesystem::path(c->model).filename() == "SmolLM2-135M-Instruct.Q4_1.gguf");
+  }
+  EXPECT_EQ(LoadDeployConfig("/nonexistent.toml").status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace dq

@@ -1,0 +1,209 @@
+#include "tools/dqserve/up_command.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/deploy_config.h"
+#include "tools/dqserve/process_group.h"
+
+namespace dq::cli {
+namespace {
+
+constexpr char kDefaultModel[] = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+struct UpOptions {
+  std::string config;
+  int port = -1;  // overrides [router] port when >= 0
+  std::string log_level = "info";
+  int startup_timeout_s = 300;
+};
+
+std::string SiblingBinary(const char* name) {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return (self.parent_path() / name).string();
+}
+
+absl::StatusOr<DeployConfig> ResolveConfig(const UpOptions& o) {
+  DeployConfig c;
+  if (!o.config.empty()) {
+    DQ_ASSIGN_OR_RETURN(c, LoadDeployConfig(o.config));
+  } else {
+    c.model = kDefaultModel;
+  }
+  if (o.port >= 0) c.router.port = o.port;
+  if (!std::filesystem::exists(c.model)) {
+    return absl::NotFoundError(absl::StrCat("model ", c.model, " not found; ",
+                                            o.config.empty()
+                                                ? "run scripts/setup.sh to download SmolLM2, "
+                                                  "or pass --config FILE"
+                                                : "fix \"model\" in the config"));
+  }
+  for (PhaseConfig* p : {&c.prefill, &c.decode}) {
+    if (p->port != 0) continue;
+    DQ_ASSIGN_OR_RETURN(p->port, PickFreePort("127.0.0.1"));
+  }
+  return c;
+}
+
+std::vector<std::string> PhaseArgs(const DeployConfig& c, const PhaseConfig& p,
+                                   const std::string& log_level) {
+  std::vector<std::string> a = {"--model",     c.model,
+                                "--compute",   p.compute,
+                                "--host",      "127.0.0.1",
+                                "--port",      std::to_string(p.port),
+                                "--threads",   std::to_string(p.threads),
+                                "--log-level", log_level};
+  if (!p.weights.empty()) a.insert(a.end(), {"--weights", p.weights});
+  if (p.kv_capacity > 0) a.insert(a.end(), {"--kv-capacity", std::to_string(p.kv_capacity)});
+  return a;
+}
+
+std::vector<ChildSpec> Children(const DeployConfig& c, const std::string& log_level) {
+  ChildSpec decode{"decode", {SiblingBinary("dq-decode")}, {}};
+  for (auto& s : PhaseArgs(c, c.decode, log_level)) decode.argv.push_back(s);
+  decode.argv.insert(decode.argv.end(), {"--transport", c.transfer.backend, "--max-batch",
+                                         std::to_string(c.decode.max_batch), "--lease-ttl-ms",
+                                         std::to_string(c.decode.lease_ttl_ms)});
+  ChildSpec prefill{"prefill", {SiblingBinary("dq-prefill")}, {}};
+  for (auto& s : PhaseArgs(c, c.prefill, log_level)) prefill.argv.push_back(s);
+  prefill.argv.insert(
+      prefill.argv.end(),
+      {"--transports", c.transfer.backend, "--token-budget", std::to_string(c.prefill.token_budget),
+       "--io-timeout-ms", std::to_string(c.transfer.io_timeout_ms)});
+  const RouterConfig& r = c.router;
+  ChildSpec router{"router",
+                   {SiblingBinary("dq-router"),
+                    "--model",
+                    c.model,
+                    "--host",
+                    r.host,
+                    "--port",
+                    std::to_string(r.port),
+                    "--grpc-port",
+                    std::to_string(r.grpc_port),
+                    "--prefill",
+                    absl::StrCat("127.0.0.1:", c.prefill.port),
+                    "--decode",
+                    absl::StrCat("127.0.0.1:", c.decode.port),
+                    "--max-in-flight",
+                    std::to_string(r.max_in_flight),
+                    "--max-queue",
+                    std::to_string(r.max_queue),
+                    "--queue-timeout-ms",
+                    std::to_string(r.queue_timeout_ms),
+                    "--request-timeout-ms",
+                    std::to_string(r.request_timeout_ms),
+                    "--max-body-bytes",
+                    std::to_string(r.max_body_bytes),
+                    "--log-level",
+                    log_level},
+                   {}};
+  if (!c.served_model_name.empty()) {
+    router.argv.insert(router.argv.end(), {"--served-model-name", c.served_model_name});
+  }
+  // The key travels in the environment, never on a command line that `ps` shows.
+  const char* key = r.api_key_env.empty() ? nullptr : std::getenv(r.api_key_env.c_str());
+  if (key != nullptr && *key != '\0') router.env.push_back(absl::StrCat("DQ_API_KEY=", key));
+  return {decode, prefill, router};
+}
+
+// Starts the children in order, each once the previous one listens.
+absl::Status StartAll(ProcessGroup& group, const DeployConfig& c, const UpOptions& o) {
+  const std::vector<ChildSpec> children = Children(c, o.log_level);
+  const int ports[] = {c.decode.port, c.prefill.port, c.router.port};
+  const std::string hosts[] = {"127.0.0.1", "127.0.0.1",
+                               c.router.host == "0.0.0.0" ? "127.0.0.1" : c.router.host};
+  for (size_t i = 0; i < children.size(); ++i) {
+    DQ_RETURN_IF_ERROR(group.Start(children[i]));
+    const std::string& name = children[i].name;
+    absl::Status s = WaitForPort(hosts[i], ports[i], std::chrono::seconds(o.startup_timeout_s),
+                                 [&] { return group.Reap().empty() && group.Running(name); });
+    if (!s.ok()) {
+      return absl::UnavailableError(absl::StrCat("the ", name, " process did not start (",
+                                                 s.message(), "); its output is above"));
+    }
+  }
+  // Ready when the router says its workers are healthy (it probes them on start).
+  for (int i = 0; i < 100; ++i) {
+    absl::StatusOr<int> code =
+        HttpGetStatus(hosts[2], c.router.port, "/health", std::chrono::milliseconds(1000));
+    if (code.ok() && *code == 200) return absl::OkStatus();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return absl::UnavailableError("the router did not report healthy workers within 10 s");
+}
+
+// Waits for Ctrl-C / SIGTERM (returns 0) or a child's death (returns 1).
+int Supervise(ProcessGroup& group, const sigset_t& signals) {
+  while (true) {
+    timespec tick{0, 200 * 1000 * 1000};
+    const int sig = sigtimedwait(&signals, nullptr, &tick);
+    if (sig == SIGINT || sig == SIGTERM) {
+      std::fprintf(stderr, "dqserve: stopping (signal %d)\n", sig);
+      return 0;
+    }
+    for (const ChildExit& e : group.Reap()) {
+      std::fprintf(stderr, "dqserve: the %s process %s; stopping the deployment\n", e.name.c_str(),
+                   e.how.c_str());
+      return 1;
+    }
+  }
+}
+
+int RunUp(const UpOptions& o) {
+  absl::StatusOr<DeployConfig> c = ResolveConfig(o);
+  if (!c.ok()) {
+    std::fprintf(stderr, "dqserve up: %s\n", std::string(c.status().message()).c_str());
+    return 2;
+  }
+  // Signals are taken synchronously (sigtimedwait), so block them before any thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGCHLD);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ProcessGroup group;
+  int rc = 0;
+  if (absl::Status s = StartAll(group, *c, o); !s.ok()) {
+    std::fprintf(stderr, "dqserve up: %s\n", std::string(s.message()).c_str());
+    rc = 1;
+  } else {
+    std::fprintf(stderr,
+                 "dqserve: serving %s at http://%s:%d (OpenAI API: /v1/chat/completions, "
+                 "/v1/completions); prefill on 127.0.0.1:%d, decode on 127.0.0.1:%d; Ctrl-C "
+                 "stops\n",
+                 c->model.c_str(), c->router.host.c_str(), c->router.port, c->prefill.port,
+                 c->decode.port);
+    rc = Supervise(group, signals);
+  }
+  for (const std::string& name : group.StopAll(std::chrono::seconds(10))) {
+    std::fprintf(stderr, "dqserve: the %s process did not stop in 10 s and was killed\n",
+                 name.c_str());
+  }
+  return rc;
+}
+
+}  // namespace
+
+void RegisterUp(CLI::App& app, int* exit_code) {
+  auto o = std::make_shared<UpOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "up", "serve a model: router + prefill worker + decode worker as local processes");
+  cmd->add_option("--config", o->config,
+                  "deployment TOML (see deploy/local.toml); default: SmolLM2 on the CPU, port "
+                  "8000");
+  cmd->add_option("--port", o->port, "router HTTP port (overrides the config)");
+  cmd->add_option("--worker-log-level", o->log_level, "log level of the child processes");
+  cmd->add_option("--startup-timeout", o->startup_timeout_s, "seconds to wait for each process");
+  cmd->callback([o, exit_code] { *exit_code = RunUp(*o); });
+}
+
+}  // namespace dq::cli
