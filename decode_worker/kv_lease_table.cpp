@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace dq {
 namespace {
@@ -43,18 +44,20 @@ absl::StatusOr<KvLease> KvLeaseTable::Reserve(std::string_view request_id, int t
         "Reserve(", AsAbsl(request_id), "): tokens_needed must be > 0, got ", tokens_needed));
   }
   const TimePoint now = clock_();
-  std::lock_guard lock(mu_);
   const std::string request(request_id);
-  if (auto it = lease_by_request_.find(request); it != lease_by_request_.end()) {
-    return absl::AlreadyExistsError(absl::StrCat("Reserve: request ", request,
-                                                 " already holds lease ", it->second,
-                                                 "; release it before reserving again"));
-  }
   const int need = pool_.BlocksFor(tokens_needed);
-  if (!pool_.can_allocate(need)) {
-    // Expired leases may be all that stands in the way; reclaim them before refusing.
-    ReclaimExpiredLocked(now);
+  {
+    std::vector<KvLease> ended;
+    {
+      std::lock_guard lock(mu_);
+      DQ_RETURN_IF_ERROR(CheckNoLeaseLocked(request));
+      // Expired leases may be all that stands in the way; reclaim them before refusing.
+      if (!pool_.can_allocate(need)) ReclaimExpiredLocked(now, &ended);
+    }
+    FreeEnded(ended);
   }
+  std::lock_guard lock(mu_);
+  DQ_RETURN_IF_ERROR(CheckNoLeaseLocked(request));
   if (!pool_.can_allocate(need)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "Reserve(", request, "): ", tokens_needed, " tokens need ", need, " KV blocks but only ",
@@ -76,7 +79,24 @@ absl::StatusOr<KvLease> KvLeaseTable::Reserve(std::string_view request_id, int t
   return out;
 }
 
+absl::Status KvLeaseTable::CheckNoLeaseLocked(const std::string& request) const {
+  if (auto it = lease_by_request_.find(request); it != lease_by_request_.end()) {
+    return absl::AlreadyExistsError(absl::StrCat("Reserve: request ", request,
+                                                 " already holds lease ", it->second,
+                                                 "; release it before reserving again"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<KvSequence> KvLeaseTable::Commit(std::string_view lease_id, int num_tokens) {
+  std::vector<KvLease> ended;
+  absl::StatusOr<KvSequence> result = CommitOrEnd(lease_id, num_tokens, &ended);
+  FreeEnded(ended);
+  return result;
+}
+
+absl::StatusOr<KvSequence> KvLeaseTable::CommitOrEnd(std::string_view lease_id, int num_tokens,
+                                                     std::vector<KvLease>* ended) {
   const TimePoint now = clock_();
   std::lock_guard lock(mu_);
   auto it = leases_.find(lease_id);
@@ -89,7 +109,7 @@ absl::StatusOr<KvSequence> KvLeaseTable::Commit(std::string_view lease_id, int n
   if (now >= entry.lease.expires_at) {
     // Past its TTL the prefill's KV can no longer be trusted to be in these blocks (they may be
     // reclaimed at any moment), so the lease is reclaimed here rather than raced.
-    EraseLocked(it, Ended::kReclaimed);
+    EraseLocked(it, Ended::kReclaimed, ended);
     ++reclaimed_total_;
     return EndedError(lease_id, "Commit");
   }
@@ -104,39 +124,93 @@ absl::StatusOr<KvSequence> KvLeaseTable::Commit(std::string_view lease_id, int n
 }
 
 absl::Status KvLeaseTable::Release(std::string_view lease_id) {
-  std::lock_guard lock(mu_);
-  auto it = leases_.find(lease_id);
-  if (it == leases_.end()) return EndedError(lease_id, "Release");
-  EraseLocked(it, Ended::kReleased);
-  return absl::OkStatus();
+  std::vector<KvLease> ended;
+  absl::Status s;
+  {
+    std::lock_guard lock(mu_);
+    s = ReleaseLocked(lease_id, /*uncommitted_only=*/false, &ended);
+  }
+  FreeEnded(ended);
+  return s;
+}
+
+absl::Status KvLeaseTable::ReleaseUncommitted(std::string_view lease_id) {
+  std::vector<KvLease> ended;
+  absl::Status s;
+  {
+    std::lock_guard lock(mu_);
+    s = ReleaseLocked(lease_id, /*uncommitted_only=*/true, &ended);
+  }
+  FreeEnded(ended);
+  return s;
 }
 
 absl::Status KvLeaseTable::ReleaseRequest(std::string_view request_id) {
-  std::lock_guard lock(mu_);
-  auto by_request = lease_by_request_.find(std::string(request_id));
-  if (by_request == lease_by_request_.end()) {
-    return absl::NotFoundError(absl::StrCat("Release: request ", AsAbsl(request_id),
-                                            " holds no lease (never reserved, already "
-                                            "released, or reclaimed after its TTL)"));
+  std::vector<KvLease> ended;
+  absl::Status s;
+  {
+    std::lock_guard lock(mu_);
+    auto by_request = lease_by_request_.find(std::string(request_id));
+    if (by_request == lease_by_request_.end()) {
+      return absl::NotFoundError(absl::StrCat("Release: request ", AsAbsl(request_id),
+                                              " holds no lease (never reserved, already "
+                                              "released, or reclaimed after its TTL)"));
+    }
+    s = ReleaseLocked(by_request->second, /*uncommitted_only=*/false, &ended);
   }
-  auto it = leases_.find(by_request->second);
-  EraseLocked(it, Ended::kReleased);
+  FreeEnded(ended);
+  return s;
+}
+
+absl::Status KvLeaseTable::ReleaseUncommittedRequest(std::string_view request_id) {
+  std::vector<KvLease> ended;
+  absl::Status s;
+  {
+    std::lock_guard lock(mu_);
+    auto by_request = lease_by_request_.find(std::string(request_id));
+    if (by_request == lease_by_request_.end()) {
+      return absl::NotFoundError(absl::StrCat("Release: request ", AsAbsl(request_id),
+                                              " holds no lease (never reserved, already "
+                                              "released, or reclaimed after its TTL)"));
+    }
+    s = ReleaseLocked(by_request->second, /*uncommitted_only=*/true, &ended);
+  }
+  FreeEnded(ended);
+  return s;
+}
+
+absl::Status KvLeaseTable::ReleaseLocked(std::string_view lease_id, bool uncommitted_only,
+                                         std::vector<KvLease>* ended) {
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) return EndedError(lease_id, "Release");
+  if (uncommitted_only && it->second.committed) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Release: lease ", AsAbsl(lease_id),
+                     " is committed and decoding; abort the request instead"));
+  }
+  EraseLocked(it, Ended::kReleased, ended);
   return absl::OkStatus();
 }
 
 int KvLeaseTable::ReclaimExpired(TimePoint now) {
-  std::lock_guard lock(mu_);
-  return ReclaimExpiredLocked(now);
+  std::vector<KvLease> ended;
+  int n = 0;
+  {
+    std::lock_guard lock(mu_);
+    n = ReclaimExpiredLocked(now, &ended);
+  }
+  FreeEnded(ended);
+  return n;
 }
 
 int KvLeaseTable::ReclaimExpired() { return ReclaimExpired(clock_()); }
 
-int KvLeaseTable::ReclaimExpiredLocked(TimePoint now) {
+int KvLeaseTable::ReclaimExpiredLocked(TimePoint now, std::vector<KvLease>* ended) {
   int reclaimed = 0;
   for (auto it = leases_.begin(); it != leases_.end();) {
     auto next = std::next(it);
     if (!it->second.committed && now >= it->second.lease.expires_at) {
-      EraseLocked(it, Ended::kReclaimed);
+      EraseLocked(it, Ended::kReclaimed, ended);
       ++reclaimed;
     }
     it = next;
@@ -152,6 +226,8 @@ KvLeaseStats KvLeaseTable::stats() const {
   s.leases_active = static_cast<int>(leases_.size()) - committed_;
   s.blocks_leased = blocks_leased_;
   s.reclaimed_total = reclaimed_total_;
+  s.free_blocks = pool_.num_free_blocks();
+  s.total_blocks = pool_.options().num_blocks;
   return s;
 }
 
@@ -187,14 +263,28 @@ void KvLeaseTable::RememberEnded(const std::string& lease_id, Ended why) {
   ended_order_.push_back(lease_id);
 }
 
-void KvLeaseTable::EraseLocked(std::map<std::string, Entry, std::less<>>::iterator it, Ended why) {
+void KvLeaseTable::EraseLocked(std::map<std::string, Entry, std::less<>>::iterator it, Ended why,
+                               std::vector<KvLease>* ended) {
   Entry& entry = it->second;
-  pool_.free(entry.lease.blocks);
-  blocks_leased_ -= static_cast<int>(entry.lease.blocks.size());
   if (entry.committed) --committed_;
   lease_by_request_.erase(entry.lease.request_id);
   RememberEnded(it->first, why);
+  // The blocks stay leased (not in the pool) until FreeEnded has run the hook.
+  ended->push_back(std::move(entry.lease));
   leases_.erase(it);
+}
+
+void KvLeaseTable::FreeEnded(std::vector<KvLease>& ended) {
+  if (ended.empty()) return;
+  if (free_hook_) {
+    for (const KvLease& lease : ended) free_hook_(lease);
+  }
+  std::lock_guard lock(mu_);
+  for (const KvLease& lease : ended) {
+    pool_.free(lease.blocks);
+    blocks_leased_ -= static_cast<int>(lease.blocks.size());
+  }
+  ended.clear();
 }
 
 }  // namespace dq

@@ -49,6 +49,8 @@ struct KvLeaseStats {
   int leases_committed = 0;     // committed, not yet released
   int blocks_leased = 0;        // held by active + committed leases
   int64_t reclaimed_total = 0;  // leases reclaimed by TTL since construction
+  int free_blocks = 0;          // free in the pool
+  int total_blocks = 0;         // the pool's size
 };
 
 // Thread-safe. The table is the only user of `pool` while it exists (the pool itself is not
@@ -62,6 +64,14 @@ class KvLeaseTable {
   explicit KvLeaseTable(KvBlockPool& pool, std::function<TimePoint()> clock = nullptr);
   KvLeaseTable(const KvLeaseTable&) = delete;
   KvLeaseTable& operator=(const KvLeaseTable&) = delete;
+
+  // Called with each lease after it left the table and before its blocks go back to the pool
+  // (Release, TTL reclaim, expiry found at Commit or Reserve), on the thread that ended it and
+  // without the table's lock, so it may block (a tcp region release waits for a copy in
+  // flight). The decode worker releases the lease's transfer regions here, so a late write can
+  // never land in blocks another request owns. Set before the first Reserve.
+  using FreeHook = std::function<void(const KvLease&)>;
+  void set_free_hook(FreeHook hook) { free_hook_ = std::move(hook); }
 
   // Pure check: would Reserve(tokens) find enough free blocks right now?
   bool can_reserve(int tokens) const;
@@ -82,6 +92,11 @@ class KvLeaseTable {
   // of the same lease is an error status, never a double free.
   absl::Status Release(std::string_view lease_id);
   absl::Status ReleaseRequest(std::string_view request_id);
+  // Same, but only while the lease is uncommitted (FailedPrecondition once committed): for
+  // callers that must not pull blocks from under a request that is decoding (the Release and
+  // Abort RPCs; a committed lease belongs to the decode engine until it finishes).
+  absl::Status ReleaseUncommitted(std::string_view lease_id);
+  absl::Status ReleaseUncommittedRequest(std::string_view request_id);
 
   // Frees every uncommitted lease whose TTL has passed at `now`; returns how many.
   int ReclaimExpired(TimePoint now);
@@ -102,12 +117,23 @@ class KvLeaseTable {
 
   absl::Status EndedError(std::string_view lease_id, std::string_view action) const;
   void RememberEnded(const std::string& lease_id, Ended why);
-  // Frees the entry's blocks and forgets it. Caller holds mu_.
-  void EraseLocked(std::map<std::string, Entry, std::less<>>::iterator it, Ended why);
-  int ReclaimExpiredLocked(TimePoint now);
+  // Forgets the entry and moves its lease to `ended`; its blocks stay counted as leased until
+  // FreeEnded. Caller holds mu_.
+  void EraseLocked(std::map<std::string, Entry, std::less<>>::iterator it, Ended why,
+                   std::vector<KvLease>* ended);
+  // Runs the free hook on each ended lease (without mu_), then returns their blocks.
+  void FreeEnded(std::vector<KvLease>& ended);
+  int ReclaimExpiredLocked(TimePoint now, std::vector<KvLease>* ended);
+  // Releases the live lease `lease_id`, refusing a committed one when `uncommitted_only`.
+  absl::Status ReleaseLocked(std::string_view lease_id, bool uncommitted_only,
+                             std::vector<KvLease>* ended);
+  absl::Status CheckNoLeaseLocked(const std::string& request) const;
+  absl::StatusOr<KvSequence> CommitOrEnd(std::string_view lease_id, int num_tokens,
+                                         std::vector<KvLease>* ended);
 
   KvBlockPool& pool_;
   std::function<TimePoint()> clock_;
+  FreeHook free_hook_;
 
   mutable std::mutex mu_;
   uint64_t next_lease_ = 1;

@@ -199,6 +199,45 @@ TEST_F(KvLeaseTableTest, ReserveReclaimsExpiredLeasesWhenFull) {
   EXPECT_EQ(table_.stats().reclaimed_total, 1);
 }
 
+TEST_F(KvLeaseTableTest, FreeHookSeesEveryLeaseBeforeItsBlocksReturn) {
+  std::vector<std::string> freed;
+  table_.set_free_hook([&](const KvLease& l) {
+    // The blocks are still taken while the hook runs (regions go before blocks).
+    EXPECT_LT(pool_.num_free_blocks(), 32);
+    freed.push_back(l.lease_id);
+  });
+  auto released = table_.Reserve("released", 10, milliseconds(100));
+  auto expired = table_.Reserve("expired", 10, milliseconds(100));
+  auto committed = table_.Reserve("committed", 10, milliseconds(100));
+  ASSERT_TRUE(released.ok() && expired.ok() && committed.ok());
+  ASSERT_TRUE(table_.Commit(committed->lease_id, 5).ok());
+  ASSERT_TRUE(table_.Release(released->lease_id).ok());
+  clock_.now += milliseconds(100);
+  EXPECT_EQ(table_.ReclaimExpired(), 1);
+  ASSERT_TRUE(table_.Release(committed->lease_id).ok());
+  EXPECT_THAT(freed, ElementsAre(released->lease_id, expired->lease_id, committed->lease_id));
+  EXPECT_EQ(pool_.num_free_blocks(), 32);
+}
+
+TEST_F(KvLeaseTableTest, ReleaseUncommittedLeavesDecodingLeasesAlone) {
+  auto open = table_.Reserve("open", 10, milliseconds(100));
+  auto decoding = table_.Reserve("decoding", 10, milliseconds(100));
+  ASSERT_TRUE(open.ok() && decoding.ok());
+  ASSERT_TRUE(table_.Commit(decoding->lease_id, 5).ok());
+  absl::Status s = table_.ReleaseUncommitted(decoding->lease_id);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("abort the request instead"));
+  EXPECT_EQ(table_.ReleaseUncommittedRequest("decoding").code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(table_.ReleaseUncommittedRequest("open").ok());
+  EXPECT_EQ(table_.ReleaseUncommitted(open->lease_id).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(table_.stats().leases_committed, 1);
+  EXPECT_EQ(table_.stats().free_blocks, 31);
+  EXPECT_EQ(table_.stats().total_blocks, 32);
+  EXPECT_TRUE(table_.Release(decoding->lease_id).ok());
+}
+
 TEST(KvLeaseTableConcurrencyTest, ConcurrentReserveReleaseKeepsCountsConsistent) {
   KvBlockPool pool(SmallPool(12));  // small, so threads contend for blocks
   KvLeaseTable table(pool);

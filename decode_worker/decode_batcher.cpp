@@ -1,0 +1,255 @@
+#include "decode_worker/decode_batcher.h"
+
+#include <algorithm>
+#include <span>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "engine/sampler/sampler.h"
+#include "worker_common/proto_convert.h"
+
+namespace dq::decode {
+namespace v1 = dqserve::v1;
+
+struct DecodeBatcher::Sequence {
+  DecodeJob job;
+  KvSequence kv;  // the lease's blocks; the lease table owns them
+  Sampler sampler;
+  std::shared_ptr<DecodeStream> stream;
+  int generated = 0;
+  int32_t next_token = 0;  // sampled, not yet fed to the model
+  bool done = false;       // the stream has ended (engine thread, or under mu_)
+  bool abort = false;      // guarded by mu_
+  std::string abort_reason;
+
+  Sequence(DecodeJob j, KvSequence k)
+      : job(std::move(j)),
+        kv(std::move(k)),
+        sampler(job.params),
+        stream(std::make_shared<DecodeStream>(job.request_id)) {}
+};
+
+DecodeBatcher::DecodeBatcher(ModelRunner& runner, KvLeaseTable& leases,
+                             DecodeBatcherOptions options)
+    : runner_(runner),
+      leases_(leases),
+      options_(std::move(options)),
+      max_context_(runner.config().max_context) {
+  engine_ = std::thread([this] { Loop(); });
+}
+
+DecodeBatcher::~DecodeBatcher() { Shutdown(); }
+
+absl::StatusOr<std::shared_ptr<DecodeStream>> DecodeBatcher::Submit(DecodeJob job) {
+  std::lock_guard lock(mu_);
+  if (stop_) return absl::UnavailableError("the decode worker is shutting down; retry elsewhere");
+  if (live_.contains(job.request_id)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("request ", job.request_id, " is already decoding on this worker"));
+  }
+  // Committing under mu_ closes the window in which Abort could find the request neither
+  // decoding nor holding an uncommitted lease.
+  auto kv = leases_.Commit(job.lease_id, job.num_tokens);
+  if (!kv.ok()) return kv.status();
+  auto seq = std::make_unique<Sequence>(std::move(job), std::move(*kv));
+  Sequence& s = *seq;
+  // The prefill worker drew these random numbers for the first token; continue its stream.
+  s.sampler.ResumeAfter(s.job.sampler_draws);
+  v1::PositionLogprobs first;
+  if (s.job.logprobs) {
+    if (s.job.first_logprobs) {
+      first = *s.job.first_logprobs;
+    } else {
+      // Keep one entry per token even when the prefill worker sent none.
+      first.mutable_chosen()->set_token_id(s.job.first_token);
+    }
+  }
+  Emit(s, s.job.first_token, s.job.logprobs ? &first : nullptr);
+  std::shared_ptr<DecodeStream> stream = s.stream;
+  live_.emplace(s.job.request_id, &s);
+  if (s.done) {
+    RetireLocked(s);
+    return stream;
+  }
+  waiting_.push_back(std::move(seq));
+  cv_.notify_all();
+  return stream;
+}
+
+bool DecodeBatcher::Abort(const std::string& request_id, const std::string& why) {
+  std::lock_guard lock(mu_);
+  auto it = live_.find(request_id);
+  if (it == live_.end()) return leases_.ReleaseUncommittedRequest(request_id).ok();
+  Sequence* s = it->second;
+  s->abort = true;
+  s->abort_reason = why;
+  auto waiting =
+      std::find_if(waiting_.begin(), waiting_.end(), [&](const auto& w) { return w.get() == s; });
+  if (waiting != waiting_.end()) {
+    std::unique_ptr<Sequence> owned = std::move(*waiting);
+    waiting_.erase(waiting);
+    Finish(*owned, v1::FINISH_REASON_ABORT, why);
+    RetireLocked(*owned);
+  }
+  // A running sequence is retired by the engine thread at the end of the current step: its
+  // blocks are in use by that step's forward pass.
+  cv_.notify_all();
+  return true;
+}
+
+void DecodeBatcher::Shutdown() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (engine_.joinable()) engine_.join();
+}
+
+int DecodeBatcher::running() const {
+  std::lock_guard lock(mu_);
+  return static_cast<int>(running_.size());
+}
+
+int DecodeBatcher::queued() const {
+  std::lock_guard lock(mu_);
+  return static_cast<int>(waiting_.size());
+}
+
+void DecodeBatcher::Loop() {
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !waiting_.empty() || !running_.empty(); });
+      if (stop_) break;
+      AdmitAndSweepLocked();
+      if (running_.empty()) continue;
+    }
+    Step();
+    std::lock_guard lock(mu_);
+    std::erase_if(running_, [&](const std::unique_ptr<Sequence>& s) {
+      if (s->done) RetireLocked(*s);
+      return s->done;
+    });
+  }
+  std::lock_guard lock(mu_);
+  auto end_all = [&](auto& seqs) {
+    for (auto& s : seqs) {
+      Finish(*s, v1::FINISH_REASON_ABORT, "the decode worker is shutting down");
+      RetireLocked(*s);
+    }
+    seqs.clear();
+  };
+  end_all(running_);
+  end_all(waiting_);
+}
+
+void DecodeBatcher::AdmitAndSweepLocked() {
+  while (static_cast<int>(running_.size()) < std::max(1, options_.max_batch) && !waiting_.empty()) {
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+  const auto now = std::chrono::steady_clock::now();
+  std::erase_if(running_, [&](const std::unique_ptr<Sequence>& s) {
+    if (s->abort) {
+      Finish(*s, v1::FINISH_REASON_ABORT, s->abort_reason);
+    } else if (now >= s->job.deadline) {
+      Finish(*s, v1::FINISH_REASON_ABORT,
+             "the request's deadline passed while decoding; raise the deadline or shorten "
+             "max_tokens");
+    }
+    if (s->done) RetireLocked(*s);
+    return s->done;
+  });
+}
+
+Batch DecodeBatcher::BuildBatch(std::vector<Sequence*>* in_batch) {
+  Batch batch{Phase::kDecode, {}};
+  const int block_size = runner_.kv_pool().block_size();
+  for (auto& s : running_) {
+    const int64_t capacity = static_cast<int64_t>(s->kv.blocks.size()) * block_size;
+    if (s->kv.num_tokens + 1 > capacity) {
+      Finish(*s, v1::FINISH_REASON_ERROR,
+             absl::StrCat("the KV lease holds ", capacity, " tokens and the sequence reached ",
+                          s->kv.num_tokens,
+                          "; reserve with max_new_tokens >= the request's "
+                          "max_tokens"));
+      continue;
+    }
+    batch.items.push_back({&s->kv, std::span<const int32_t>(&s->next_token, 1), false});
+    in_batch->push_back(s.get());
+  }
+  return batch;
+}
+
+void DecodeBatcher::Step() {
+  std::vector<Sequence*> in;
+  const Batch batch = BuildBatch(&in);
+  if (in.empty()) return;
+  peak_batch_.store(std::max(peak_batch_.load(), static_cast<int>(in.size())));
+  BatchLogits logits;
+  absl::Status st = runner_.Forward(batch, &logits);
+  steps_.fetch_add(1);
+  if (!st.ok()) {
+    spdlog::error("dq-decode: decode step over {} sequences failed: {}", in.size(), st.ToString());
+    for (Sequence* s : in) {
+      Finish(*s, v1::FINISH_REASON_ERROR, absl::StrCat("decode step failed: ", st.ToString()));
+    }
+    return;
+  }
+  std::vector<float> row(logits.vocab);
+  for (size_t i = 0; i < in.size(); ++i) {
+    Sequence& s = *in[i];
+    const float* raw = logits.last(i, batch);
+    // Sample() scribbles over its input; logprobs come from the untouched raw row.
+    std::copy(raw, raw + logits.vocab, row.begin());
+    const int32_t token = s.sampler.Sample(row);
+    if (s.job.logprobs) {
+      const v1::PositionLogprobs lp = worker::PositionLogprobsOf(
+          std::span<const float>(raw, logits.vocab), token, s.job.top_logprobs);
+      Emit(s, token, &lp);
+    } else {
+      Emit(s, token, nullptr);
+    }
+  }
+}
+
+void DecodeBatcher::Emit(Sequence& s, int32_t token, const v1::PositionLogprobs* logprobs) {
+  const SamplingParams& p = s.job.params;
+  const auto& eos = options_.eos_token_ids;
+  const bool is_eos = std::find(eos.begin(), eos.end(), token) != eos.end();
+  const bool is_stop_id =
+      std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end();
+  if ((is_eos && !p.ignore_eos) || is_stop_id) {
+    Finish(s, v1::FINISH_REASON_STOP);
+    return;
+  }
+  s.sampler.Accept(token);
+  ++s.generated;
+  s.stream->Push(token, logprobs);
+  s.next_token = token;
+  if (s.generated >= p.max_tokens || s.kv.num_tokens + 1 >= max_context_) {
+    Finish(s, v1::FINISH_REASON_LENGTH);
+  }
+}
+
+void DecodeBatcher::Finish(Sequence& s, v1::FinishReason reason, std::string error) {
+  if (s.done) return;
+  s.done = true;
+  // Blocks go back before the stream ends, so a client that sees the end (and the router's
+  // admission control after it) never finds them still taken.
+  absl::Status st = leases_.Release(s.job.lease_id);
+  if (!st.ok()) {
+    spdlog::warn("dq-decode: releasing lease {} of request {}: {}", s.job.lease_id,
+                 s.job.request_id, st.ToString());
+  }
+  s.stream->Finish(reason, std::move(error));
+}
+
+void DecodeBatcher::RetireLocked(Sequence& s) {
+  Finish(s, v1::FINISH_REASON_ABORT, "ended without a reason");  // no-op when already ended
+  live_.erase(s.job.request_id);
+}
+
+}  // namespace dq::decode

@@ -1,0 +1,113 @@
+// Continuous batching for the decode phase: one engine thread runs a decode step over up to
+// max_batch running sequences at a time; committed requests wait in a FIFO and join as soon as a
+// slot frees. A sequence's KV blocks are its lease's, reserved for prompt + max_new_tokens up
+// front, so a running sequence never allocates; finished, failed and aborted sequences release
+// their lease at once.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "decode_worker/decode_stream.h"
+#include "decode_worker/kv_lease_table.h"
+#include "engine/model/model_runner.h"
+#include "engine/sampler/sampling_params.h"
+
+namespace dq::decode {
+
+// One request to decode: its committed lease and how to sample.
+struct DecodeJob {
+  std::string request_id;
+  std::string lease_id;
+  int num_tokens = 0;       // prompt tokens whose KV the prefill worker wrote
+  int32_t first_token = 0;  // sampled by the prefill worker
+  uint64_t sampler_draws = 0;
+  std::optional<dqserve::v1::PositionLogprobs> first_logprobs;
+  SamplingParams params;  // validated
+  bool logprobs = false;
+  int top_logprobs = 0;
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+};
+
+struct DecodeBatcherOptions {
+  int max_batch = 4;                   // sequences per decode step
+  std::vector<int32_t> eos_token_ids;  // end a sequence unless its params say ignore_eos
+};
+
+// Thread-safe. Lock order: the batcher's lock, then the lease table's.
+class DecodeBatcher {
+ public:
+  // Starts the engine thread. `runner` and `leases` must outlive the batcher; the batcher is the
+  // only caller of runner.Forward while it exists.
+  DecodeBatcher(ModelRunner& runner, KvLeaseTable& leases, DecodeBatcherOptions options);
+  ~DecodeBatcher();
+  DecodeBatcher(const DecodeBatcher&) = delete;
+  DecodeBatcher& operator=(const DecodeBatcher&) = delete;
+
+  // Commits the job's lease and queues the sequence. The returned stream already holds the
+  // first token (or is finished when that token ends generation). Errors: the lease table's
+  // Commit error (the KV is missing; nothing is recomputed), AlreadyExists (the request id is
+  // decoding), Unavailable (shutting down).
+  absl::StatusOr<std::shared_ptr<DecodeStream>> Submit(DecodeJob job);
+
+  // Stops request `request_id`: its stream ends with FINISH_REASON_ABORT and its blocks return
+  // to the pool (a waiting sequence now, a running one as soon as the current step ends). A
+  // request that is not decoding but holds an uncommitted lease has that lease released.
+  // False when the request holds nothing here.
+  bool Abort(const std::string& request_id, const std::string& why);
+
+  // Ends every stream (ABORT) and releases every lease; stops the engine thread. Idempotent.
+  void Shutdown();
+
+  int running() const;
+  int queued() const;
+  int64_t steps() const { return steps_.load(); }
+  // The most sequences one decode step has held so far (metrics, tests).
+  int peak_batch() const { return peak_batch_.load(); }
+
+ private:
+  struct Sequence;
+
+  void Loop();
+  // Moves waiting sequences into free slots and retires aborted or overdue ones. Holds mu_.
+  void AdmitAndSweepLocked();
+  // One forward pass over every running sequence, then sampling and stop checks.
+  void Step();
+  // Builds the decode batch; sequences whose lease is full are finished with an error.
+  Batch BuildBatch(std::vector<Sequence*>* in_batch);
+  // Appends `token` to the sequence's output or ends it, exactly like Generator::Emit (stop
+  // strings aside: the router checks those on text).
+  void Emit(Sequence& s, int32_t token, const dqserve::v1::PositionLogprobs* logprobs);
+  // Releases the lease (blocks back to the pool), then ends the stream; once per sequence.
+  void Finish(Sequence& s, dqserve::v1::FinishReason reason, std::string error = "");
+  // Finishes the sequence if it is not yet, and forgets the request. Holds mu_.
+  void RetireLocked(Sequence& s);
+
+  ModelRunner& runner_;
+  KvLeaseTable& leases_;
+  const DecodeBatcherOptions options_;
+  const int max_context_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> running_;   // changed by the engine thread, under mu_
+  std::unordered_map<std::string, Sequence*> live_;  // waiting + running, by request id
+  std::atomic<int64_t> steps_{0};
+  std::atomic<int> peak_batch_{0};
+  std::thread engine_;
+};
+
+}  // namespace dq::decode

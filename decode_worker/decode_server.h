@@ -1,0 +1,77 @@
+// A running decode worker: the KV transport, lease table, transfer regions, batching engine,
+// the gRPC service on host:port, and the reaper that reclaims leases nobody committed in time.
+// dq-decode's main and the in-process tests both start one of these.
+#pragma once
+
+#include <grpcpp/server.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "decode_worker/decode_batcher.h"
+#include "decode_worker/decode_service.h"
+#include "decode_worker/kv_lease_table.h"
+#include "decode_worker/lease_regions.h"
+#include "kvtransfer/transport.h"
+#include "worker_common/phase_model.h"
+
+namespace dq::decode {
+
+struct DecodeServerOptions {
+  std::string host = "127.0.0.1";  // loopback unless told otherwise
+  int port = 0;                    // 0: any free port (tests)
+  std::string transport = "tcp";   // the one kvtransfer backend this worker runs: tcp or ucx
+  std::string transfer_host = "127.0.0.1";
+  int max_batch = 4;
+  int lease_ttl_ms = 30000;
+  int reap_interval_ms = 100;  // how often expired leases are reclaimed
+};
+
+class DecodeServer {
+ public:
+  // Starts everything; `model` must outlive the server. Errors: a transport that cannot start,
+  // an address that cannot be bound.
+  static absl::StatusOr<std::unique_ptr<DecodeServer>> Start(worker::PhaseModel& model,
+                                                             const DecodeServerOptions& options);
+  ~DecodeServer();
+  DecodeServer(const DecodeServer&) = delete;
+  DecodeServer& operator=(const DecodeServer&) = delete;
+
+  // host:port actually bound.
+  const std::string& address() const { return address_; }
+  const dqserve::v1::WorkerIdentity& identity() const { return identity_; }
+
+  // Stops accepting calls, lets running streams finish for up to `grace`, then cancels them,
+  // ends every request and releases every lease. Idempotent.
+  void Shutdown(std::chrono::milliseconds grace);
+
+  KvLeaseTable& leases() { return *leases_; }
+  LeaseRegions& regions() { return *regions_; }
+  DecodeBatcher& batcher() { return *batcher_; }
+
+ private:
+  explicit DecodeServer(worker::PhaseModel& model) : model_(model) {}
+  absl::Status Init(const DecodeServerOptions& options);
+  void ReapLoop(std::chrono::milliseconds interval);
+
+  worker::PhaseModel& model_;
+  std::unique_ptr<kvtransfer::Transport> transport_;
+  std::unique_ptr<KvLeaseTable> leases_;
+  std::unique_ptr<LeaseRegions> regions_;
+  std::unique_ptr<DecodeBatcher> batcher_;
+  std::unique_ptr<DecodeService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+  dqserve::v1::WorkerIdentity identity_;
+
+  std::mutex reap_mu_;
+  std::condition_variable reap_cv_;
+  bool stopping_ = false;
+  std::thread reaper_;
+};
+
+}  // namespace dq::decode

@@ -1,0 +1,100 @@
+// dq-decode: the decode worker. Loads the decode phase's weights, leases KV blocks to prefill
+// workers and streams the decode of committed requests over gRPC (dqserve.v1.DecodeWorker).
+#include <pthread.h>
+
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstdio>
+
+#include "common/logging.h"
+#include "decode_worker/decode_server.h"
+#include "worker_common/phase_model.h"
+#include "worker_common/worker_identity.h"
+
+namespace {
+
+struct Flags {
+  dq::worker::PhaseModelOptions model;
+  dq::decode::DecodeServerOptions server;
+  std::string log_level = "info";
+};
+
+void AddFlags(CLI::App& app, Flags& f) {
+  app.add_option("--model", f.model.model, "model: a .gguf file or a HF checkpoint directory")
+      ->required();
+  app.add_option("--weights", f.model.weights,
+                 "the decode phase's own checkpoint (default: the model's weights)");
+  app.add_option("--compute", f.model.compute, "how to compute with the weights")
+      ->check(CLI::IsMember({"weight_only", "w8a8", "w4a4"}));
+  app.add_option("--host", f.server.host, "gRPC listen address (loopback by default)");
+  app.add_option("--port", f.server.port, "gRPC listen port")
+      ->required()
+      ->check(CLI::Range(1, 65535));
+  app.add_option("--transport", f.server.transport, "the KV transport prefill workers write with")
+      ->check(CLI::IsMember({"tcp", "ucx"}));
+  app.add_option("--transfer-host", f.server.transfer_host,
+                 "address the KV transport listens on and advertises");
+  app.add_option("--max-batch", f.server.max_batch, "sequences per decode step")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--kv-capacity", f.model.kv_capacity_tokens, "KV pool size in tokens")
+      ->check(CLI::Range(1, 1 << 26));
+  app.add_option("--lease-ttl-ms", f.server.lease_ttl_ms,
+                 "how long a reserved lease waits for its commit before it is reclaimed")
+      ->check(CLI::Range(1, 3600 * 1000));
+  app.add_option("--threads", f.model.threads, "compute threads (0: all)")
+      ->check(CLI::Range(0, 4096));
+  app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error, off");
+}
+
+void LogIdentity(const dqserve::v1::WorkerIdentity& id) {
+  const auto& c = id.checkpoint();
+  const auto& l = id.kv_layout();
+  spdlog::info("dq-decode: {} | checkpoint {} ({}, {}, {} bytes)", id.version(), c.path(),
+               c.format(), c.scheme(), c.size_bytes());
+  spdlog::info("dq-decode: KV layout {} layers={} kv_heads={} head_dim={} dtype={} block={}",
+               l.architecture(), l.num_layers(), l.num_kv_heads(), l.head_dim(), l.kv_dtype(),
+               l.block_size());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"dq-decode: dqserve decode worker"};
+  Flags f;
+  f.model.kv_capacity_tokens = 16384;
+  AddFlags(app, f);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  dq::SetLogLevel(f.log_level);
+
+  // Every thread started from here on inherits the mask, so only sigwait below sees them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto model = dq::worker::LoadPhaseModel(f.model);
+  if (!model.ok()) {
+    std::fprintf(stderr, "dq-decode: %s\n", model.status().ToString().c_str());
+    return 1;
+  }
+  auto server = dq::decode::DecodeServer::Start(**model, f.server);
+  if (!server.ok()) {
+    std::fprintf(stderr, "dq-decode: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  LogIdentity((*server)->identity());
+  spdlog::info("dq-decode: serving on {} (KV transport {}, max batch {}, {} KV blocks)",
+               (*server)->address(), f.server.transport, f.server.max_batch,
+               (*server)->leases().stats().total_blocks);
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::info("dq-decode: {} received, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  (*server)->Shutdown(std::chrono::milliseconds(2000));
+  return 0;
+}

@@ -1,0 +1,72 @@
+// Where each KV block of a prompt goes in a decode worker's lease: the lease's block runs in
+// token order, and the per-(tensor, layer, block run) regions the decode worker registered.
+// Turns "layer l, prompt blocks [i, j)" into a few CopyOps per remote region, merging
+// consecutive blocks, so one layer of a chunk is a handful of Posts rather than one per block.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "dqserve/v1/worker.pb.h"
+#include "kvtransfer/transport.h"
+
+namespace dq::prefill {
+
+// The local pool's geometry, as byte offsets (KvBlockPool::block_offset / block_bytes).
+struct LocalKvGeometry {
+  int num_layers = 0;
+  int block_size = 0;
+  uint64_t block_bytes = 0;
+  uint64_t layer_stride_bytes = 0;
+
+  uint64_t offset(int layer, int32_t block) const {
+    return static_cast<uint64_t>(layer) * layer_stride_bytes +
+           static_cast<uint64_t>(block) * block_bytes;
+  }
+};
+
+// All copies of one tensor's blocks of one layer that land in one remote region: one Post.
+struct RegionCopies {
+  int region = 0;  // index into the lease's endpoint.regions
+  std::vector<kvtransfer::CopyOp> copies;
+};
+
+class LeasePlan {
+ public:
+  // Checks that the lease can hold `num_tokens` tokens of this layout (every block of every layer
+  // of both tensors is covered by a region with our block size) and indexes it. Errors:
+  // InvalidArgument naming what is wrong with the lease.
+  static absl::StatusOr<LeasePlan> Create(const dqserve::v1::KvLease& lease, int num_tokens,
+                                          const LocalKvGeometry& local);
+
+  // The remote block id that holds prompt block `index` (token t is in block t / block_size).
+  int32_t remote_block(int index) const { return remote_blocks_[index]; }
+  int num_regions() const { return static_cast<int>(regions_.size()); }
+
+  // The copies that ship prompt blocks [first, last) of `layer` and `tensor`, read from the local
+  // blocks `local_blocks` (indexed by prompt block), grouped by remote region, consecutive
+  // blocks merged into one CopyOp.
+  std::vector<RegionCopies> Copies(dqserve::v1::KvTensor tensor, int layer, int first, int last,
+                                   std::span<const int32_t> local_blocks) const;
+
+ private:
+  struct Region {
+    dqserve::v1::KvTensor tensor;
+    int first_layer;
+    int num_layers;
+    uint64_t layer_stride_bytes;
+    int64_t first_block;
+    int64_t num_blocks;
+  };
+  // The region holding (tensor, layer, remote block), or -1.
+  int Find(dqserve::v1::KvTensor tensor, int layer, int32_t block) const;
+
+  LocalKvGeometry local_;
+  std::vector<int32_t> remote_blocks_;
+  std::vector<Region> regions_;
+};
+
+}  // namespace dq::prefill

@@ -1,0 +1,131 @@
+// dq-prefill: the prefill worker. Loads one model in its prefill compute mode, serves
+// dqserve.v1.PrefillWorker over gRPC, and writes each prompt's KV into the decode worker's lease.
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "common/logging.h"
+#include "engine/model/model_loader.h"
+#include "prefill_worker/prefill_server.h"
+#include "worker_common/phase_model.h"
+
+namespace {
+
+struct Flags {
+  dq::worker::PhaseModelOptions model;
+  dq::prefill::PrefillServerOptions server;
+  std::string transports = "tcp";
+  int kv_capacity = 0;
+  std::string log_level = "info";
+};
+
+void AddFlags(CLI::App& app, Flags& f) {
+  app.add_option("--model", f.model.model, "model: a .gguf file or a HF checkpoint directory")
+      ->required();
+  app.add_option("--weights", f.model.weights,
+                 "this phase's own checkpoint (full disaggregation); default: the model's");
+  app.add_option("--compute", f.model.compute, "how to compute: weight_only, w8a8 or w4a4")
+      ->check(CLI::IsMember({"weight_only", "w8a8", "w4a4"}))
+      ->capture_default_str();
+  app.add_option("--host", f.server.host, "address to serve gRPC on (loopback by default)")
+      ->capture_default_str();
+  app.add_option("--port", f.server.port, "gRPC port")->required()->check(CLI::Range(1, 65535));
+  app.add_option("--transports", f.transports, "KV transports, comma-separated: tcp, ucx, local")
+      ->capture_default_str();
+  app.add_option("--token-budget", f.server.token_budget,
+                 "most prompt tokens per forward pass; longer prompts are chunked")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--kv-capacity", f.kv_capacity,
+                 "local KV pool size in tokens (default: 2 x context, at least the budget)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", f.model.threads, "compute threads (0: all)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--io-timeout-ms", f.server.io_timeout_ms,
+                 "how long a KV transfer may make no progress before it fails")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error")
+      ->capture_default_str();
+}
+
+std::vector<std::string> SplitList(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t comma = std::min(s.find(',', start), s.size());
+    if (comma > start) out.push_back(s.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+// The KV capacity to build the pool with: the flag, or twice the model's context (so that one
+// context-long prompt can be prefilled while the next one starts), never below the budget.
+absl::StatusOr<int> KvCapacity(const Flags& f) {
+  int capacity = f.kv_capacity;
+  if (capacity == 0) {
+    // Only the config is needed here; the weights are mapped, not read.
+    DQ_ASSIGN_OR_RETURN(auto m, dq::LoadModel(f.model.model));
+    capacity = 2 * m->config.max_context;
+  }
+  return std::max(capacity, f.server.token_budget);
+}
+
+int Run(Flags& f) {
+  f.server.transports = SplitList(f.transports);
+  auto capacity = KvCapacity(f);
+  if (!capacity.ok()) {
+    spdlog::error("dq-prefill: {}", capacity.status().ToString());
+    return 1;
+  }
+  f.model.kv_capacity_tokens = *capacity;
+  auto model = dq::worker::LoadPhaseModel(f.model);
+  if (!model.ok()) {
+    spdlog::error("dq-prefill: {}", model.status().ToString());
+    return 1;
+  }
+  // Handle SIGINT/SIGTERM synchronously below: block them before any thread starts, so that
+  // every thread inherits the mask and sigwait here is the only receiver.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto server = dq::prefill::PrefillServer::Start(std::move(*model), f.server);
+  if (!server.ok()) {
+    spdlog::error("dq-prefill: {}", server.status().ToString());
+    return 1;
+  }
+  const auto id = (*server)->identity();
+  spdlog::info(
+      "dq-prefill: {} ({}, {} {}), KV layout {} layers x {} kv heads x {} dims {} "
+      "block {}, pool {} tokens, transports {}, token budget {}, {}",
+      id.checkpoint().path(), id.checkpoint().format(), id.checkpoint().scheme(),
+      id.kv_layout().architecture(), id.kv_layout().num_layers(), id.kv_layout().num_kv_heads(),
+      id.kv_layout().head_dim(), id.kv_layout().kv_dtype(), id.kv_layout().block_size(), *capacity,
+      absl::StrJoin(id.transports(), ","), f.server.token_budget, id.version());
+  spdlog::info("dq-prefill: serving on {}", (*server)->address());
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::info("dq-prefill: {} received, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  (*server)->Shutdown();
+  spdlog::info("dq-prefill: stopped");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"dq-prefill: the dqserve prefill worker"};
+  Flags flags;
+  AddFlags(app, flags);
+  CLI11_PARSE(app, argc, argv);
+  dq::SetLogLevel(flags.log_level);
+  return Run(flags);
+}

@@ -1,0 +1,223 @@
+#include "prefill_worker/prefill_batcher.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "common/logging.h"
+#include "engine/sampler/sampler.h"
+#include "worker_common/proto_convert.h"
+
+namespace dq::prefill {
+
+PrefillBatcher::PrefillBatcher(ModelRunner& runner, const PrefillBatcherOptions& options)
+    : runner_(runner), options_(options) {
+  free_blocks_ = runner_.kv_pool().num_free_blocks();
+  thread_ = std::thread([this] { Loop(); });
+}
+
+PrefillBatcher::~PrefillBatcher() { Stop(); }
+
+void PrefillBatcher::Submit(std::shared_ptr<PrefillJob> job) {
+  {
+    std::lock_guard lock(mu_);
+    if (!stopping_) {
+      incoming_.push_back(std::move(job));
+      ++queued_;
+      cv_.notify_all();
+      return;
+    }
+  }
+  std::lock_guard lock(job->mu);
+  job->status = absl::UnavailableError("the prefill worker is shutting down; retry elsewhere");
+  job->finished = true;
+  job->cv.notify_all();
+}
+
+void PrefillBatcher::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    cv_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+PrefillLoad PrefillBatcher::load() const {
+  PrefillLoad l;
+  l.free_kv_blocks = free_blocks_;
+  l.total_kv_blocks = runner_.kv_pool().options().num_blocks;
+  l.running = running_;
+  l.queued = queued_;
+  return l;
+}
+
+void PrefillBatcher::Loop() {
+  bool idle = true;  // the last iteration ran nothing: wait for news before trying again
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      // Jobs waiting for blocks or budget: wake now and then to notice cancels and deadlines.
+      if (idle) {
+        cv_.wait_for(lock, std::chrono::milliseconds(jobs_.empty() ? 1000 : 20),
+                     [&] { return stopping_ || !incoming_.empty(); });
+      }
+      while (!incoming_.empty()) {
+        jobs_.push_back(std::move(incoming_.front()));
+        incoming_.pop_front();
+      }
+      if (stopping_) break;
+    }
+    DropCancelled();
+    const std::vector<Step> steps = FormBatch();
+    if (!steps.empty()) RunBatch(steps);
+    PublishLoad();
+    idle = steps.empty();
+  }
+  while (!jobs_.empty()) {
+    Finish(jobs_.front().get(),
+           absl::UnavailableError("the prefill worker is shutting down; retry elsewhere"));
+  }
+  PublishLoad();
+}
+
+void PrefillBatcher::DropCancelled() {
+  const auto now = PrefillJob::Clock::now();
+  std::vector<PrefillJob*> drop;
+  for (const auto& j : jobs_) {
+    if (j->cancelled) {
+      drop.push_back(j.get());
+    } else if (j->deadline && now >= *j->deadline) {
+      drop.push_back(j.get());
+    }
+  }
+  for (PrefillJob* j : drop) {
+    Finish(j, j->cancelled ? absl::CancelledError("the caller cancelled the prefill")
+                           : absl::DeadlineExceededError(absl::StrCat(
+                                 "the request's deadline passed after ", j->done_tokens, " of ",
+                                 j->prompt.size(), " prompt tokens were prefilled")));
+  }
+}
+
+std::vector<PrefillBatcher::Step> PrefillBatcher::FormBatch() {
+  KvBlockPool& pool = runner_.kv_pool();
+  std::vector<Step> steps;
+  int budget = options_.token_budget;
+  for (const auto& j : jobs_) {
+    const int n = static_cast<int>(j->prompt.size());
+    const int remaining = n - j->done_tokens;
+    int chunk = 0;
+    if (remaining <= budget) {
+      chunk = remaining;
+    } else if (remaining > options_.token_budget) {
+      chunk = budget;  // too long for any one pass: chunked prefill
+    }
+    // FIFO: the head waits for room (budget or blocks) rather than being overtaken for good.
+    if (chunk <= 0) break;
+    if (!j->started) {
+      if (!pool.can_allocate(pool.BlocksFor(n))) break;
+      pool.extend(j->kv, n);
+      j->started = true;
+      --queued_;
+      ++running_;
+    }
+    steps.push_back(Step{j.get(), j->done_tokens, chunk});
+    budget -= chunk;
+    if (budget == 0) break;
+  }
+  return steps;
+}
+
+void PrefillBatcher::RunBatch(const std::vector<Step>& steps) {
+  const int bs = runner_.kv_pool().block_size();
+  Batch batch{Phase::kPrefill, {}};
+  for (const Step& s : steps) {
+    std::span<const int32_t> tokens(s.job->prompt.data() + s.start, s.count);
+    batch.items.push_back({&s.job->kv, tokens, s.job->prompt_logprobs});
+  }
+  ForwardHooks hooks;
+  hooks.on_layer_kv_written = [&](int layer) {
+    for (const Step& s : steps) {
+      s.job->writer->PostLayer(layer, s.start / bs, (s.start + s.count + bs - 1) / bs,
+                               s.job->kv.blocks);
+    }
+  };
+  BatchLogits logits;
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::Status forward = runner_.Forward(batch, &logits, hooks);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  for (size_t i = 0; i < steps.size(); ++i) {
+    PrefillJob* job = steps[i].job;
+    // The transfers read these blocks: they end before the blocks are rewritten or freed.
+    absl::Status sent = job->writer->Wait();
+    job->compute_ms += ms;
+    if (!forward.ok()) {
+      Finish(job,
+             absl::InternalError(absl::StrCat("prefill forward pass failed: ", forward.message())));
+      continue;
+    }
+    if (!sent.ok()) {
+      Finish(job, sent);
+      continue;
+    }
+    job->done_tokens += steps[i].count;
+    if (job->prompt_logprobs) CollectPromptLogprobs(*job, steps[i], logits, i);
+    if (job->done_tokens == static_cast<int>(job->prompt.size())) {
+      Complete(*job, batch, logits, i);
+    }
+  }
+}
+
+void PrefillBatcher::CollectPromptLogprobs(PrefillJob& job, const Step& step,
+                                           const BatchLogits& logits, size_t item) const {
+  const int n = static_cast<int>(job.prompt.size());
+  for (int p = step.start; p < step.start + step.count && p + 1 < n; ++p) {
+    const float* row = logits.row(logits.item_first_row[item] + (p - step.start));
+    job.result.prompt_logprobs.push_back(worker::PositionLogprobsOf(
+        std::span<const float>(row, logits.vocab), job.prompt[p + 1], job.top_logprobs));
+  }
+}
+
+void PrefillBatcher::Complete(PrefillJob& job, const Batch& batch, const BatchLogits& logits,
+                              size_t item) {
+  const float* last = logits.last(item, batch);
+  std::vector<float> row(last, last + logits.vocab);
+  // Exactly what Generator::Prefill does, so the first token matches the colocated path.
+  Sampler sampler(job.sampling);
+  job.result.first_token = sampler.Sample(row);
+  job.result.sampler_draws = sampler.draws();
+  if (job.logprobs) {
+    job.result.first_token_logprobs = worker::PositionLogprobsOf(
+        std::span<const float>(last, logits.vocab), job.result.first_token, job.top_logprobs);
+  }
+  Finish(&job, absl::OkStatus());
+}
+
+void PrefillBatcher::Finish(PrefillJob* job, absl::Status status) {
+  if (job->started) {
+    runner_.kv_pool().release(job->kv);
+    --running_;
+  } else {
+    --queued_;
+  }
+  PublishLoad();  // before the caller hears back, so its next Health sees the blocks free
+  job->result.compute_ms = job->compute_ms;
+  if (job->writer) {
+    job->result.transfer_ms = job->writer->transfer_ms();
+    job->result.transfer_bytes = job->writer->bytes_posted();
+    job->writer.reset();  // forgets the lease's remote regions
+  }
+  auto it = std::find_if(jobs_.begin(), jobs_.end(), [&](const auto& j) { return j.get() == job; });
+  std::shared_ptr<PrefillJob> keep = std::move(*it);  // the handler may drop its copy at once
+  jobs_.erase(it);
+  {
+    std::lock_guard lock(job->mu);
+    job->status = std::move(status);
+    job->finished = true;
+  }
+  job->cv.notify_all();
+}
+
+void PrefillBatcher::PublishLoad() { free_blocks_ = runner_.kv_pool().num_free_blocks(); }
+
+}  // namespace dq::prefill

@@ -1,0 +1,90 @@
+// The prefill worker's batching engine: one thread owns the model runner and its KV pool. Each
+// iteration runs one Phase::kPrefill forward pass over the waiting prompts that fit a token
+// budget (FIFO). A prompt longer than the budget is prefilled in chunks of up to the budget over
+// several iterations (chunked prefill); a prompt that fits runs as one chunk, so its result is
+// bit-for-bit the one-shot prefill the colocated Generator does. Each layer's fresh KV blocks
+// are posted to the decode lease from the per-layer hook, so transfer overlaps compute; every
+// transfer of an iteration ends before the next iteration touches those blocks.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/model/model_runner.h"
+#include "prefill_worker/prefill_job.h"
+
+namespace dq::prefill {
+
+struct PrefillBatcherOptions {
+  int token_budget = 2048;  // most prompt tokens in one forward pass
+};
+
+struct PrefillLoad {
+  int free_kv_blocks = 0;
+  int total_kv_blocks = 0;
+  int running = 0;  // started, not finished
+  int queued = 0;   // waiting for their first chunk
+};
+
+class PrefillBatcher {
+ public:
+  // Starts the engine thread. `runner` must outlive the batcher, and nobody else may use it.
+  PrefillBatcher(ModelRunner& runner, const PrefillBatcherOptions& options);
+  // Stop().
+  ~PrefillBatcher();
+  PrefillBatcher(const PrefillBatcher&) = delete;
+  PrefillBatcher& operator=(const PrefillBatcher&) = delete;
+
+  // Queues a validated job (its prompt fits the context and the pool; its writer is prepared).
+  // The job's cv is notified when it finished; after Stop() it fails at once (Unavailable).
+  void Submit(std::shared_ptr<PrefillJob> job);
+  // Finishes the iteration in progress, fails every other job (Unavailable) and joins.
+  void Stop();
+
+  PrefillLoad load() const;
+  int token_budget() const { return options_.token_budget; }
+
+ private:
+  // One item of an iteration: a job and the prompt tokens [start, start + count) it runs.
+  struct Step {
+    PrefillJob* job;
+    int start;
+    int count;
+  };
+
+  void Loop();
+  // Fails the jobs whose caller cancelled or whose deadline passed.
+  void DropCancelled();
+  // Picks this iteration's chunks (allocating local blocks for jobs that start now).
+  std::vector<Step> FormBatch();
+  void RunBatch(const std::vector<Step>& steps);
+  // Samples the first token (and logprobs) for a job whose last chunk just ran.
+  void Complete(PrefillJob& job, const Batch& batch, const BatchLogits& logits, size_t item);
+  void CollectPromptLogprobs(PrefillJob& job, const Step& step, const BatchLogits& logits,
+                             size_t item) const;
+  // Frees the job's local blocks, publishes the outcome and forgets the job.
+  void Finish(PrefillJob* job, absl::Status status);
+  void PublishLoad();
+
+  ModelRunner& runner_;
+  const PrefillBatcherOptions options_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<PrefillJob>> incoming_;  // under mu_
+  bool stopping_ = false;                             // under mu_
+
+  std::deque<std::shared_ptr<PrefillJob>> jobs_;  // engine thread only, FIFO
+
+  std::atomic<int> free_blocks_{0};
+  std::atomic<int> running_{0};
+  std::atomic<int> queued_{0};
+  std::thread thread_;
+};
+
+}  // namespace dq::prefill

@@ -1,0 +1,62 @@
+// One prefill request as the batching engine sees it: what to compute, where its KV goes, its
+// progress (engine thread only), and the result the gRPC handler waits for.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dqserve/v1/generate.pb.h"
+#include "engine/kvcache/kv_block_pool.h"
+#include "engine/sampler/sampling_params.h"
+#include "prefill_worker/lease_writer.h"
+
+namespace dq::prefill {
+
+struct PrefillResult {
+  int32_t first_token = -1;
+  std::optional<dqserve::v1::PositionLogprobs> first_token_logprobs;
+  uint64_t sampler_draws = 0;
+  std::vector<dqserve::v1::PositionLogprobs> prompt_logprobs;
+  double compute_ms = 0;
+  double transfer_ms = 0;
+  uint64_t transfer_bytes = 0;
+};
+
+struct PrefillJob {
+  using Clock = std::chrono::steady_clock;
+
+  // Input, fixed once queued.
+  std::string request_id;
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  bool logprobs = false;  // first token's logprobs
+  int top_logprobs = 0;
+  bool prompt_logprobs = false;
+  std::optional<Clock::time_point> deadline;
+  std::unique_ptr<LeaseWriter> writer;
+
+  // Set by the handler when the caller goes away; the engine stops at the next chunk boundary.
+  std::atomic<bool> cancelled{false};
+
+  // Progress, engine thread only.
+  KvSequence kv;  // local blocks; allocated when the first chunk runs
+  bool started = false;
+  int done_tokens = 0;
+  double compute_ms = 0;
+
+  // Outcome, under mu.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool finished = false;
+  absl::Status status;
+  PrefillResult result;
+};
+
+}  // namespace dq::prefill

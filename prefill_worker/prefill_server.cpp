@@ -1,0 +1,68 @@
+#include "prefill_worker/prefill_server.h"
+
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+
+#include <chrono>
+
+#include "common/logging.h"
+
+namespace dq::prefill {
+
+absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Start(
+    std::unique_ptr<worker::PhaseModel> model, const PrefillServerOptions& options) {
+  if (options.token_budget < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("the token budget must be >= 1 (got ",
+                                                   options.token_budget, "); 2048 is typical"));
+  }
+  if (options.port < 0 || options.port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("port ", options.port, " is not in [0, 65535]"));
+  }
+  std::unique_ptr<PrefillServer> s(new PrefillServer(options));
+  s->model_ = std::move(model);
+  KvSendersOptions so;
+  so.kinds = options.transports;
+  so.io_timeout_ms = options.io_timeout_ms;
+  DQ_ASSIGN_OR_RETURN(s->senders_, KvSenders::Create(s->model_->runner->kv_pool(), so));
+  s->batcher_ = std::make_unique<PrefillBatcher>(*s->model_->runner,
+                                                 PrefillBatcherOptions{options.token_budget});
+
+  grpc::ServerBuilder builder;
+  int bound = 0;
+  builder.AddListeningPort(options.host + ":" + std::to_string(options.port),
+                           grpc::InsecureServerCredentials(), &bound);
+  // The identity carries the address, known only once bound (port 0): set_address fixes it.
+  PrefillServiceOptions svc{options.host + ":" + std::to_string(options.port),
+                            options.io_timeout_ms};
+  auto service = std::make_unique<PrefillService>(*s->model_, *s->batcher_, *s->senders_, svc);
+  builder.RegisterService(service.get());
+  s->server_ = builder.BuildAndStart();
+  if (!s->server_ || bound == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.host, ":", options.port,
+                                               "; is the port in use?"));
+  }
+  s->port_ = bound;
+  service->set_address(s->address());
+  s->service_ = std::move(service);
+  return s;
+}
+
+PrefillServer::~PrefillServer() { Shutdown(); }
+
+void PrefillServer::Shutdown(int grace_ms) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  if (server_) {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(grace_ms));
+  }
+  // After the server: calls still waiting on the engine were cancelled above and finish at
+  // their next chunk boundary; anything left is failed by Stop.
+  if (batcher_) batcher_->Stop();
+  if (server_) server_->Wait();
+}
+
+void PrefillServer::Wait() {
+  if (server_) server_->Wait();
+}
+
+}  // namespace dq::prefill

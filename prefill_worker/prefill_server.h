@@ -1,0 +1,59 @@
+// A running prefill worker: the loaded model, its KV transports, the batching engine and the gRPC
+// server, started and stopped in the right order. dq-prefill's main and the tests both use it.
+#pragma once
+
+#include <grpcpp/server.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "prefill_worker/kv_senders.h"
+#include "prefill_worker/prefill_batcher.h"
+#include "prefill_worker/prefill_service.h"
+#include "worker_common/phase_model.h"
+
+namespace dq::prefill {
+
+struct PrefillServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;  // 0: pick a free one (see PrefillServer::port)
+  std::vector<std::string> transports = {"tcp"};
+  int token_budget = 2048;
+  int io_timeout_ms = 10000;
+};
+
+class PrefillServer {
+ public:
+  // Starts serving `model` (whose runner must not be used by anyone else). Errors: bad options,
+  // a transport that cannot start, a port that cannot be bound.
+  static absl::StatusOr<std::unique_ptr<PrefillServer>> Start(
+      std::unique_ptr<worker::PhaseModel> model, const PrefillServerOptions& options);
+  // Shutdown().
+  ~PrefillServer();
+
+  // Stops accepting calls, lets running calls finish for up to `grace_ms` (then cancels them),
+  // stops the engine. Idempotent.
+  void Shutdown(int grace_ms = 5000);
+  // Blocks until Shutdown() was called (from another thread).
+  void Wait();
+
+  int port() const { return port_; }
+  std::string address() const { return options_.host + ":" + std::to_string(port_); }
+  dqserve::v1::WorkerIdentity identity() const { return service_->identity(); }
+  const worker::PhaseModel& model() const { return *model_; }
+
+ private:
+  explicit PrefillServer(const PrefillServerOptions& options) : options_(options) {}
+
+  PrefillServerOptions options_;
+  int port_ = 0;
+  bool shut_down_ = false;
+  std::unique_ptr<worker::PhaseModel> model_;
+  std::unique_ptr<KvSenders> senders_;
+  std::unique_ptr<PrefillBatcher> batcher_;
+  std::unique_ptr<PrefillService> service_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+}  // namespace dq::prefill

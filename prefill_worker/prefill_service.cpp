@@ -1,0 +1,200 @@
+#include "prefill_worker/prefill_service.h"
+
+#include <chrono>
+
+#include "absl/strings/str_join.h"
+#include "common/logging.h"
+#include "worker_common/proto_convert.h"
+#include "worker_common/worker_identity.h"
+
+namespace dq::prefill {
+namespace v1 = dqserve::v1;
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+namespace {
+
+worker::IdentityOptions IdentityOptionsFor(const PrefillServiceOptions& o,
+                                           const KvSenders& senders) {
+  return worker::IdentityOptions{"prefill", o.address, senders.kinds()};
+}
+
+// The earlier of the request's own deadline and the gRPC call's, on the steady clock.
+std::optional<PrefillJob::Clock::time_point> DeadlineOf(const grpc::ServerContext& context,
+                                                        int64_t deadline_unix_ms) {
+  using SysClock = std::chrono::system_clock;
+  std::optional<SysClock::time_point> when;
+  if (deadline_unix_ms > 0) {
+    when = SysClock::time_point(std::chrono::milliseconds(deadline_unix_ms));
+  }
+  const SysClock::time_point call = context.deadline();
+  // gRPC reports "no deadline" as a time far in the future.
+  if (call < SysClock::now() + std::chrono::hours(24 * 365)) {
+    when = when ? std::min(*when, call) : call;
+  }
+  if (!when) return std::nullopt;
+  return PrefillJob::Clock::now() +
+         std::chrono::duration_cast<PrefillJob::Clock::duration>(*when - SysClock::now());
+}
+
+}  // namespace
+
+PrefillService::PrefillService(const worker::PhaseModel& model, PrefillBatcher& batcher,
+                               KvSenders& senders, const PrefillServiceOptions& options)
+    : model_(model),
+      batcher_(batcher),
+      senders_(senders),
+      options_(options),
+      identity_(worker::WorkerIdentityOf(model, IdentityOptionsFor(options, senders))) {}
+
+v1::WorkerIdentity PrefillService::identity() const {
+  std::lock_guard lock(identity_mu_);
+  return identity_;
+}
+
+void PrefillService::set_address(const std::string& address) {
+  std::lock_guard lock(identity_mu_);
+  identity_.set_address(address);
+}
+
+absl::Status PrefillService::CheckPrompt(const v1::PrefillRequest& request) const {
+  const ModelConfig& c = model_.runner->config();
+  const int n = request.prompt_token_ids_size();
+  if (n == 0) return absl::InvalidArgumentError("prompt_token_ids is empty; send the prompt");
+  if (n >= c.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("the prompt has ", n,
+                                                   " tokens; the model's context is ",
+                                                   c.max_context, " tokens; shorten the prompt"));
+  }
+  for (int i = 0; i < n; ++i) {
+    const int32_t t = request.prompt_token_ids(i);
+    if (t < 0 || t >= c.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("prompt token ", i, " has id ", t, ", not in [0, ", c.vocab_size, ")"));
+    }
+  }
+  const KvBlockPool& pool = model_.runner->kv_pool();
+  if (pool.BlocksFor(n) > pool.options().num_blocks) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the prompt needs ", pool.BlocksFor(n), " KV blocks but this worker's pool ", "holds ",
+        pool.options().num_blocks, "; restart it with a larger --kv-capacity"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PrefillService::CheckLease(const v1::KvLease& lease) const {
+  const std::string mismatch = worker::KvLayoutMismatch(lease.kv_layout(), identity().kv_layout());
+  if (!mismatch.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("lease ", lease.lease_id(), " is for another KV layout: ", mismatch));
+  }
+  if (senders_.Find(lease.endpoint().transport()) == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "lease ", lease.lease_id(), " wants KV transport '", lease.endpoint().transport(),
+        "' but this prefill worker supports only: ", absl::StrJoin(senders_.kinds(), ", ")));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<PrefillJob>> PrefillService::MakeJob(
+    const grpc::ServerContext& context, const v1::PrefillRequest& request) {
+  DQ_RETURN_IF_ERROR(CheckPrompt(request));
+  if (!request.has_lease()) return absl::InvalidArgumentError("the request has no KV lease");
+  DQ_RETURN_IF_ERROR(CheckLease(request.lease()));
+  const ModelConfig& c = model_.runner->config();
+  const int n = request.prompt_token_ids_size();
+  auto job = std::make_shared<PrefillJob>();
+  DQ_ASSIGN_OR_RETURN(job->sampling, worker::SamplingFromProto(request.sampling(), c.vocab_size,
+                                                               c.max_context - n));
+  job->request_id = request.request_id();
+  job->prompt.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
+  job->logprobs = request.sampling().logprobs();
+  job->top_logprobs = static_cast<int>(request.sampling().top_logprobs());
+  job->prompt_logprobs = request.prompt_logprobs();
+  job->deadline = DeadlineOf(context, request.deadline_unix_ms());
+  if (job->deadline && *job->deadline <= PrefillJob::Clock::now()) {
+    return absl::DeadlineExceededError("the request's deadline passed before prefill started");
+  }
+  const KvBlockPool& pool = model_.runner->kv_pool();
+  const LocalKvGeometry local{c.num_layers, pool.block_size(), pool.block_bytes(),
+                              pool.layer_stride_bytes()};
+  DQ_ASSIGN_OR_RETURN(LeasePlan plan, LeasePlan::Create(request.lease(), n, local));
+  KvSender* sender = senders_.Find(request.lease().endpoint().transport());
+  DQ_ASSIGN_OR_RETURN(job->writer, LeaseWriter::Create(*sender, std::move(plan), request.lease(),
+                                                       options_.io_timeout_ms));
+  return job;
+}
+
+void PrefillService::AwaitJob(grpc::ServerContext& context, PrefillJob& job) {
+  std::unique_lock lock(job.mu);
+  while (!job.finished) {
+    // The sync API has no cancel callback: look every few milliseconds.
+    job.cv.wait_for(lock, std::chrono::milliseconds(20));
+    if (!job.finished && !job.cancelled && context.IsCancelled()) job.cancelled = true;
+  }
+}
+
+grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
+                                     const v1::PrefillRequest* request,
+                                     v1::PrefillResponse* response) {
+  const std::string& id = request->request_id();
+  auto job = MakeJob(*context, *request);
+  if (!job.ok()) {
+    spdlog::info("prefill {}: refused: {}", id, job.status().ToString());
+    return ToGrpc(job.status());
+  }
+  spdlog::debug("prefill {}: {} tokens into lease {}", id, request->prompt_token_ids_size(),
+                request->lease().lease_id());
+  batcher_.Submit(*job);
+  AwaitJob(*context, **job);
+  PrefillJob& j = **job;
+  absl::Status status = j.status;
+  if (absl::IsCancelled(status) && j.deadline && PrefillJob::Clock::now() >= *j.deadline) {
+    status = absl::DeadlineExceededError("the request's deadline passed during prefill");
+  }
+  if (!status.ok()) {
+    spdlog::info("prefill {}: failed: {}", id, status.ToString());
+    return ToGrpc(status);
+  }
+  const PrefillResult& r = j.result;
+  response->set_request_id(id);
+  v1::KvCommit* commit = response->mutable_commit();
+  commit->set_lease_id(request->lease().lease_id());
+  commit->set_num_tokens(static_cast<uint32_t>(j.prompt.size()));
+  commit->set_first_token(r.first_token);
+  if (r.first_token_logprobs) *commit->mutable_first_token_logprobs() = *r.first_token_logprobs;
+  commit->set_sampler_draws(r.sampler_draws);
+  response->set_compute_ms(static_cast<float>(r.compute_ms));
+  response->set_transfer_ms(static_cast<float>(r.transfer_ms));
+  response->set_transfer_bytes(r.transfer_bytes);
+  for (const v1::PositionLogprobs& p : r.prompt_logprobs) *response->add_prompt_logprobs() = p;
+  spdlog::debug("prefill {}: done, compute {:.1f} ms, transfer {:.1f} ms, {} bytes", id,
+                r.compute_ms, r.transfer_ms, r.transfer_bytes);
+  return grpc::Status::OK;
+}
+
+grpc::Status PrefillService::Handshake(grpc::ServerContext*, const v1::HandshakeRequest* request,
+                                       v1::HandshakeResponse* response) {
+  *response = worker::AnswerHandshake(identity(), *request);
+  if (!response->kv_layout_compatible()) {
+    spdlog::warn("handshake from {}: {}", request->caller(), response->mismatch());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status PrefillService::Health(grpc::ServerContext*, const v1::WorkerHealthRequest*,
+                                    v1::WorkerHealthResponse* response) {
+  const PrefillLoad load = batcher_.load();
+  response->set_status(v1::SERVING_STATUS_SERVING);
+  *response->mutable_identity() = identity();
+  response->set_free_kv_blocks(load.free_kv_blocks);
+  response->set_total_kv_blocks(load.total_kv_blocks);
+  response->set_running_requests(load.running);
+  response->set_queued_requests(load.queued);
+  return grpc::Status::OK;
+}
+
+}  // namespace dq::prefill

@@ -1,0 +1,118 @@
+#include "router/generation_input.h"
+
+#include <utility>
+
+#include "nlohmann/json.hpp"
+
+namespace dq::router {
+namespace {
+
+namespace v1 = dqserve::v1;
+using nlohmann::json;
+
+void SamplingJson(const v1::SamplingParams& s, bool chat, json& body) {
+  if (s.has_temperature()) body["temperature"] = s.temperature();
+  if (s.has_top_p()) body["top_p"] = s.top_p();
+  if (s.has_top_k()) body["top_k"] = s.top_k();
+  if (s.has_min_p()) body["min_p"] = s.min_p();
+  if (s.has_seed()) body["seed"] = s.seed();
+  if (s.has_max_tokens()) body["max_tokens"] = s.max_tokens();
+  if (s.stop_size() > 0)
+    body["stop"] = json(std::vector<std::string>(s.stop().begin(), s.stop().end()));
+  if (s.stop_token_ids_size() > 0) {
+    body["stop_token_ids"] =
+        json(std::vector<int32_t>(s.stop_token_ids().begin(), s.stop_token_ids().end()));
+  }
+  if (s.has_presence_penalty()) body["presence_penalty"] = s.presence_penalty();
+  if (s.has_frequency_penalty()) body["frequency_penalty"] = s.frequency_penalty();
+  if (s.has_repetition_penalty()) body["repetition_penalty"] = s.repetition_penalty();
+  if (s.ignore_eos()) body["ignore_eos"] = true;
+  if (s.logprobs()) {
+    if (chat) {
+      body["logprobs"] = true;
+      body["top_logprobs"] = s.top_logprobs();
+    } else {
+      body["logprobs"] = s.top_logprobs();
+    }
+  } else if (s.top_logprobs() > 0) {
+    // Let the parser explain that alternatives need logprobs.
+    body["top_logprobs"] = s.top_logprobs();
+  }
+}
+
+}  // namespace
+
+ApiResult<GenerationInput> ChatGeneration(const ChatCompletionRequest& request,
+                                          const ServedModel& model, bool add_generation_prompt) {
+  ApiResult<std::vector<int32_t>> prompt =
+      model.ChatPrompt(request.messages, request.enable_thinking, add_generation_prompt);
+  if (!prompt.ok()) return prompt.error();
+  const int n = static_cast<int>(prompt->size());
+  ApiResult<int> max_tokens = ResolveMaxTokens(request.sampling.max_tokens, n, model.max_context,
+                                               ApiEndpoint::kChatCompletions);
+  if (!max_tokens.ok()) return max_tokens.error();
+  GenerationInput in;
+  in.prompt_ids = std::move(prompt).value();
+  in.sampling = request.sampling;
+  in.max_tokens = *max_tokens;
+  in.logprobs = request.logprobs;
+  in.top_logprobs = request.logprobs ? request.top_logprobs : 0;
+  return in;
+}
+
+ApiResult<GenerationInput> CompletionGeneration(const CompletionRequest& request,
+                                                const ServedModel& model) {
+  std::vector<int32_t> prompt = model.CompletionPrompt(request);
+  if (prompt.empty()) {
+    return InvalidRequest("prompt", "The prompt tokenizes to no tokens; send a non-empty prompt.");
+  }
+  const int n = static_cast<int>(prompt.size());
+  ApiResult<int> max_tokens = ResolveMaxTokens(request.sampling.max_tokens, n, model.max_context,
+                                               ApiEndpoint::kCompletions);
+  if (!max_tokens.ok()) return max_tokens.error();
+  GenerationInput in;
+  in.prompt_ids = std::move(prompt);
+  in.sampling = request.sampling;
+  in.max_tokens = *max_tokens;
+  in.logprobs = request.logprobs.has_value();
+  in.top_logprobs = request.logprobs.value_or(0);
+  in.prompt_logprobs = request.echo && in.logprobs;
+  return in;
+}
+
+ApiResult<GenerationInput> GenerationFromProto(const v1::GenerateRequest& request,
+                                               const ServedModel& model,
+                                               const ParseOptions& options) {
+  json body = json::object();
+  if (!request.model().empty()) body["model"] = request.model();
+  const bool chat = request.input_case() == v1::GenerateRequest::kChat;
+  SamplingJson(request.sampling(), chat, body);
+  switch (request.input_case()) {
+    case v1::GenerateRequest::kChat: {
+      json messages = json::array();
+      for (const v1::ChatMessage& m : request.chat().messages()) {
+        messages.push_back({{"role", m.role()}, {"content", m.content()}});
+      }
+      body["messages"] = std::move(messages);
+      ApiResult<ChatCompletionRequest> parsed = ChatCompletionRequestFromJson(body, options);
+      if (!parsed.ok()) return parsed.error();
+      return ChatGeneration(*parsed, model, request.chat().add_generation_prompt());
+    }
+    case v1::GenerateRequest::kPrompt:
+      body["prompt"] = request.prompt();
+      break;
+    case v1::GenerateRequest::kPromptTokenIds:
+      body["prompt"] = json(std::vector<int32_t>(request.prompt_token_ids().ids().begin(),
+                                                 request.prompt_token_ids().ids().end()));
+      break;
+    default:
+      return InvalidRequest("input", "Set exactly one input: prompt, chat or prompt_token_ids.");
+  }
+  ApiResult<CompletionRequest> parsed = CompletionRequestFromJson(body, options);
+  if (!parsed.ok()) return parsed.error();
+  CompletionRequest c = std::move(parsed).value();
+  if (!request.sampling().has_max_tokens()) c.sampling.max_tokens.reset();
+  return CompletionGeneration(c, model);
+}
+
+}  // namespace dq::router

@@ -1,0 +1,169 @@
+// POST /v1/chat/completions and POST /v1/completions: parse, tokenize, start the request
+// (admission + prefill, whose failures still get a proper status line), then decode into one
+// JSON body or an SSE stream.
+#include <httplib.h>
+
+#include <memory>
+#include <utility>
+
+#include "router/auth_and_limits.h"
+#include "router/generation_input.h"
+#include "router/http_server.h"
+#include "router/openai_response.h"
+
+namespace dq::router {
+namespace {
+
+std::vector<TokenLogprobs> DeltaLogprobs(const Tokenizer& tok, const Delta& d) {
+  std::vector<TokenLogprobs> out;
+  out.reserve(d.logprobs.size());
+  for (const auto& lp : d.logprobs) out.push_back(ToTokenLogprobs(tok, lp));
+  return out;
+}
+
+// A streamed request's writes. A failed write means the client is gone.
+struct SseWriter {
+  httplib::DataSink& sink;
+  bool ok = true;
+  bool Write(const std::string& s) {
+    if (ok && !s.empty()) ok = sink.write(s.data(), s.size());
+    return ok;
+  }
+};
+
+// After streaming began, an error is an event followed by [DONE] (nobody reads a cancelled one).
+void EndWithError(SseWriter& w, const GenerationResult& r) {
+  if (r.outcome == Outcome::kCancelled) return;
+  w.Write(SseError(*r.error));
+  w.Write(SseDone());
+}
+
+void SetSseHeaders(httplib::Response& res) {
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");  // proxies must not hold events back
+}
+
+}  // namespace
+
+void HttpServer::Chat(const httplib::Request& req, httplib::Response& res) {
+  if (auto e = CheckBodySize(req.body.size(), options_.max_body_bytes)) return BadRequest(res, *e);
+  ApiResult<ChatCompletionRequest> parsed = ParseChatCompletionRequest(req.body, parse_options_);
+  if (!parsed.ok()) return BadRequest(res, parsed.error());
+  const ChatCompletionRequest& c = *parsed;
+  ApiResult<GenerationInput> input = ChatGeneration(c, pipeline_.model());
+  if (!input.ok()) return BadRequest(res, input.error());
+  ResponseHeader header = NewResponseHeader(ApiEndpoint::kChatCompletions, c.model);
+  GenerationInput in = std::move(input).value();
+  in.request_id = header.id;
+  StartResult start = pipeline_.Start(std::move(in));
+  if (!start.ok()) return ReplyError(res, start.error, start.retry_after);
+  std::shared_ptr<ActiveRequest> active = std::move(start.request);
+  const Tokenizer& tok = pipeline_.model().tokenizer;
+  const bool logprobs = c.logprobs;
+
+  if (!c.stream) {
+    ChatChoice choice;
+    if (logprobs) choice.logprobs.emplace();
+    GenerationResult r = active->Run([&](const Delta& d) {
+      choice.content += d.text;
+      if (logprobs) {
+        for (const auto& lp : d.logprobs) choice.logprobs->push_back(ToTokenLogprobs(tok, lp));
+      }
+      return true;
+    });
+    active.reset();  // free the slot before writing the body
+    if (r.error) return ReplyError(res, *r.error);
+    choice.finish_reason = r.finish_reason;
+    return res.set_content(ChatCompletionJson(header, choice, r.usage), "application/json");
+  }
+  SetSseHeaders(res);
+  const bool include_usage = c.include_usage;
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [active, header, include_usage, logprobs, &tok](size_t, httplib::DataSink& sink) mutable {
+        SseWriter w{sink};
+        ChatCompletionStream stream(header, include_usage, logprobs);
+        if (w.Write(stream.RoleChunk())) {
+          GenerationResult r = active->Run([&](const Delta& d) {
+            if (d.text.empty() && !logprobs) return true;  // text held back: nothing to send
+            return w.Write(stream.ContentChunk(d.text, DeltaLogprobs(tok, d)));
+          });
+          if (r.error) {
+            EndWithError(w, r);
+          } else {
+            w.Write(stream.FinishChunk(r.finish_reason));
+            w.Write(stream.UsageChunk(r.usage));
+            w.Write(SseDone());
+          }
+        }
+        active.reset();
+        sink.done();
+        return true;
+      });
+}
+
+void HttpServer::Completions(const httplib::Request& req, httplib::Response& res) {
+  if (auto e = CheckBodySize(req.body.size(), options_.max_body_bytes)) return BadRequest(res, *e);
+  ApiResult<CompletionRequest> parsed = ParseCompletionRequest(req.body, parse_options_);
+  if (!parsed.ok()) return BadRequest(res, parsed.error());
+  const CompletionRequest& c = *parsed;
+  ApiResult<GenerationInput> input = CompletionGeneration(c, pipeline_.model());
+  if (!input.ok()) return BadRequest(res, input.error());
+  ResponseHeader header = NewResponseHeader(ApiEndpoint::kCompletions, c.model);
+  GenerationInput in = std::move(input).value();
+  in.request_id = header.id;
+  StartResult start = pipeline_.Start(std::move(in));
+  if (!start.ok()) return ReplyError(res, start.error, start.retry_after);
+  std::shared_ptr<ActiveRequest> active = std::move(start.request);
+  const Tokenizer& tok = pipeline_.model().tokenizer;
+  const bool logprobs = c.logprobs.has_value();
+  const std::string echo_text = c.echo ? pipeline_.model().PromptText(c) : "";
+  std::vector<TokenLogprobs> echo_logprobs;
+  if (c.echo && logprobs) {
+    echo_logprobs = PromptTokenLogprobs(tok, active->prompt_ids(), active->prompt_logprobs());
+  }
+
+  if (!c.stream) {
+    CompletionChoice choice;
+    if (logprobs) choice.logprobs.emplace();
+    GenerationResult r = active->Run([&](const Delta& d) {
+      choice.text += d.text;
+      if (logprobs) {
+        for (const auto& lp : d.logprobs) choice.logprobs->push_back(ToTokenLogprobs(tok, lp));
+      }
+      return true;
+    });
+    active.reset();
+    if (r.error) return ReplyError(res, *r.error);
+    choice.finish_reason = r.finish_reason;
+    if (c.echo) PrependEcho(echo_text, std::move(echo_logprobs), &choice);
+    return res.set_content(CompletionJson(header, choice, r.usage), "application/json");
+  }
+  SetSseHeaders(res);
+  const bool include_usage = c.include_usage;
+  const bool echo = c.echo;
+  res.set_chunked_content_provider(
+      "text/event-stream", [active, header, include_usage, logprobs, echo, echo_text, echo_logprobs,
+                            &tok](size_t, httplib::DataSink& sink) mutable {
+        SseWriter w{sink};
+        CompletionStream stream(header, include_usage, logprobs);
+        if (!echo || w.Write(stream.TextChunk(echo_text, echo_logprobs))) {
+          GenerationResult r = active->Run([&](const Delta& d) {
+            if (d.text.empty() && !logprobs) return true;
+            return w.Write(stream.TextChunk(d.text, DeltaLogprobs(tok, d)));
+          });
+          if (r.error) {
+            EndWithError(w, r);
+          } else {
+            w.Write(stream.FinishChunk(r.finish_reason));
+            w.Write(stream.UsageChunk(r.usage));
+            w.Write(SseDone());
+          }
+        }
+        active.reset();
+        sink.done();
+        return true;
+      });
+}
+
+}  // namespace dq::router

@@ -1,0 +1,501 @@
+#include "router/request_pipeline.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "router/rpc_errors.h"
+#include "router/worker_requests.h"
+#include "spdlog/spdlog.h"
+
+namespace dq::router {
+namespace v1 = dqserve::v1;
+
+// The cancel path of one live request: whichever gRPC call it has in flight, and why it was
+// cancelled. Shared between the request's thread and Abort / health / shutdown callers.
+struct RequestControl {
+  std::mutex mu;
+  std::string id;
+  grpc::ClientContext* call = nullptr;
+  bool aborted = false;        // Abort RPC or shutdown: ends with finish_reason "abort"
+  std::string worker_failure;  // a worker of this request was declared dead: ends in error
+  std::string prefill_address;
+  std::string decode_address;
+
+  void SetCall(grpc::ClientContext* ctx) {
+    std::lock_guard lock(mu);
+    call = ctx;
+    // gRPC applies a cancel made before the call starts when it starts.
+    if (aborted || !worker_failure.empty()) ctx->TryCancel();
+  }
+  void ClearCall() {
+    std::lock_guard lock(mu);
+    call = nullptr;
+  }
+  void Cancel(bool abort, const std::string& failure) {
+    std::lock_guard lock(mu);
+    if (abort) aborted = true;
+    if (!failure.empty() && worker_failure.empty()) worker_failure = failure;
+    if (call != nullptr) call->TryCancel();
+  }
+  bool is_aborted() {
+    std::lock_guard lock(mu);
+    return aborted;
+  }
+  std::string failure() {
+    std::lock_guard lock(mu);
+    return worker_failure;
+  }
+};
+
+namespace {
+
+Outcome OutcomeOf(const grpc::Status& s, bool aborted) {
+  switch (s.error_code()) {
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return Outcome::kTimeout;
+    case grpc::StatusCode::CANCELLED:
+      return aborted ? Outcome::kAbort : Outcome::kError;
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::OUT_OF_RANGE:
+      return Outcome::kBadRequest;
+    default:
+      return Outcome::kError;
+  }
+}
+
+ApiError Aborted(const std::string& id) {
+  return ApiError{499, "invalid_request_error", absl::StrCat("Request ", id, " was aborted."), "",
+                  "aborted"};
+}
+
+double Seconds(SchedulerClock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+// ---- RequestPipeline ----
+
+RequestPipeline::RequestPipeline(PipelineOptions options, const ServedModel& model,
+                                 Scheduler& scheduler, WorkerRegistry& registry,
+                                 RouterMetrics& metrics)
+    : options_(options),
+      model_(model),
+      scheduler_(scheduler),
+      registry_(registry),
+      metrics_(metrics) {}
+
+std::optional<ApiError> RequestPipeline::Register(const std::shared_ptr<RequestControl>& control) {
+  std::lock_guard lock(mu_);
+  if (closing_) {
+    return ServiceUnavailable("The router is shutting down; retry against another instance.");
+  }
+  if (!live_.emplace(control->id, control).second) {
+    return ApiError{409, "invalid_request_error",
+                    absl::StrCat("Request id '", control->id,
+                                 "' is already in use by a live request; use a unique id."),
+                    "request_id", "duplicate_request_id"};
+  }
+  return std::nullopt;
+}
+
+void RequestPipeline::Unregister(const std::string& id) {
+  std::lock_guard lock(mu_);
+  live_.erase(id);
+}
+
+bool RequestPipeline::Abort(const std::string& request_id) {
+  std::shared_ptr<RequestControl> control;
+  {
+    std::lock_guard lock(mu_);
+    auto it = live_.find(request_id);
+    if (it == live_.end()) return false;
+    control = it->second;
+  }
+  control->Cancel(/*abort=*/true, "");
+  scheduler_.Cancel(request_id);  // when still queued
+  return true;
+}
+
+void RequestPipeline::AbortAll(const std::string& reason) {
+  std::vector<std::string> ids;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, control] : live_) ids.push_back(id);
+  }
+  if (!ids.empty()) spdlog::info("aborting {} live requests: {}", ids.size(), reason);
+  for (const std::string& id : ids) Abort(id);
+}
+
+void RequestPipeline::Close() {
+  {
+    std::lock_guard lock(mu_);
+    closing_ = true;
+  }
+  AbortAll("the router is shutting down");
+}
+
+void RequestPipeline::FailRequestsOn(WorkerRole role, const std::string& address,
+                                     const std::string& reason) {
+  std::vector<std::shared_ptr<RequestControl>> hit;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, control] : live_) {
+      std::lock_guard c(control->mu);
+      const std::string& a =
+          role == WorkerRole::kDecode ? control->decode_address : control->prefill_address;
+      if (a == address) hit.push_back(control);
+    }
+  }
+  for (const auto& control : hit) {
+    control->Cancel(/*abort=*/false, absl::StrCat(std::string(WorkerRoleName(role)), " worker ",
+                                                  address, " stopped answering (", reason, ")"));
+  }
+}
+
+StartResult RequestPipeline::Fail(Outcome outcome, ApiError error) {
+  metrics_.Count(outcome);
+  StartResult r;
+  r.error = std::move(error);
+  return r;
+}
+
+StartResult RequestPipeline::Start(GenerationInput input) {
+  auto r = std::unique_ptr<ActiveRequest>(new ActiveRequest(this, std::move(input)));
+  if (auto e = Register(r->control_)) {
+    r->control_.reset();  // not ours to unregister
+    return Fail(e->http_status == 503 ? Outcome::kRejected : Outcome::kBadRequest, *e);
+  }
+  if (std::optional<StartResult> refused = Admit(*r)) return std::move(*refused);
+  metrics_.prompt_tokens.fetch_add(r->input_.prompt_ids.size());
+
+  ApiResult<WorkerHandle> decode = registry_.Pick(WorkerRole::kDecode);
+  if (!decode.ok()) return Fail(Outcome::kError, decode.error());
+  ApiResult<WorkerHandle> prefill = registry_.Pick(WorkerRole::kPrefill);
+  if (!prefill.ok()) return Fail(Outcome::kError, prefill.error());
+  {
+    std::lock_guard lock(r->control_->mu);
+    r->control_->decode_address = decode->address();
+    r->control_->prefill_address = prefill->address();
+  }
+  r->decode_.emplace(std::move(decode).value());
+
+  WireSamplingOptions wire;
+  wire.max_tokens = r->input_.max_tokens;
+  wire.seed = SeedFor(r->input_.sampling);
+  wire.logprobs = r->input_.logprobs;
+  wire.top_logprobs = r->input_.top_logprobs;
+  r->sampling_ = ToWireSampling(r->input_.sampling, wire);
+
+  if (auto e = Reserve(*r, *prefill)) return StartResult{nullptr, *e, ""};
+  if (auto e = Prefill(*r, *prefill)) return StartResult{nullptr, *e, ""};
+  StartResult ok;
+  ok.request = std::move(r);
+  return ok;
+}
+
+std::optional<StartResult> RequestPipeline::Admit(ActiveRequest& r) {
+  const auto now = SchedulerClock::now();
+  r.deadline_ = now + options_.request_timeout;
+  if (r.input_.deadline) r.deadline_ = std::min(r.deadline_, *r.input_.deadline);
+  EnqueueResult enq =
+      scheduler_.Enqueue(r.id(), std::min(r.deadline_, now + options_.queue_timeout));
+  if (!enq.ok()) {
+    StartResult refused = Fail(Outcome::kRejected, enq.error);
+    refused.retry_after = enq.retry_after;
+    return refused;
+  }
+  absl::Status waited = enq.ticket->Wait();
+  if (!waited.ok()) {
+    if (r.control_->is_aborted()) return Fail(Outcome::kAbort, Aborted(r.id()));
+    const bool timed_out = waited.code() == absl::StatusCode::kDeadlineExceeded;
+    return Fail(timed_out ? Outcome::kTimeout : Outcome::kCancelled, FromStatus(waited));
+  }
+  r.admitted_ = true;
+  r.admitted_at_ = SchedulerClock::now();
+  return std::nullopt;
+}
+
+std::optional<ApiError> RequestPipeline::Reserve(ActiveRequest& r, const WorkerHandle& prefill) {
+  const WorkerHandle& decode = *r.decode_;
+  v1::ReserveRequest request;
+  request.set_request_id(r.id());
+  request.set_num_tokens(static_cast<uint32_t>(r.input_.prompt_ids.size()));
+  request.set_max_new_tokens(static_cast<uint32_t>(r.input_.max_tokens));
+  for (const std::string& t : prefill.identity().transports()) request.add_transports(t);
+  request.set_deadline_unix_ms(ToUnixMs(r.deadline_));
+
+  grpc::ClientContext ctx;
+  ctx.set_deadline(ToSystemDeadline(r.deadline_));
+  r.control_->SetCall(&ctx);
+  const grpc::Status s = decode.decode()->Reserve(&ctx, request, &r.lease_);
+  r.control_->ClearCall();
+  if (s.ok()) {
+    r.lease_open_ = true;
+    return std::nullopt;
+  }
+  const bool aborted = r.control_->is_aborted();
+  metrics_.Count(OutcomeOf(s, aborted));
+  if (aborted) return Aborted(r.id());
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    registry_.MarkDown(WorkerRole::kDecode, decode.address(), s.error_message());
+  }
+  spdlog::warn("request {}: Reserve on decode worker {} failed: {}", r.id(), decode.address(),
+               s.error_message());
+  return WorkerCallError(
+      absl::StrCat("decode worker ", decode.address(), " could not reserve KV blocks"), s);
+}
+
+std::optional<ApiError> RequestPipeline::Prefill(ActiveRequest& r, const WorkerHandle& prefill) {
+  v1::PrefillRequest request;
+  request.set_request_id(r.id());
+  request.mutable_prompt_token_ids()->Assign(r.input_.prompt_ids.begin(),
+                                             r.input_.prompt_ids.end());
+  *request.mutable_sampling() = r.sampling_;
+  *request.mutable_lease() = r.lease_;
+  request.set_deadline_unix_ms(ToUnixMs(r.deadline_));
+  request.set_prompt_logprobs(r.input_.prompt_logprobs);
+
+  grpc::ClientContext ctx;
+  ctx.set_deadline(ToSystemDeadline(r.deadline_));
+  v1::PrefillResponse response;
+  r.control_->SetCall(&ctx);
+  const grpc::Status s = prefill.prefill()->Prefill(&ctx, request, &response);
+  r.control_->ClearCall();
+  const bool aborted = r.control_->is_aborted();
+  if (!s.ok() || aborted) {
+    r.ReleaseLease(s.ok() ? "aborted" : absl::StrCat("prefill failed: ", s.error_message()));
+    metrics_.Count(s.ok() ? Outcome::kAbort : OutcomeOf(s, aborted));
+    if (aborted) return Aborted(r.id());
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      registry_.MarkDown(WorkerRole::kPrefill, prefill.address(), s.error_message());
+    }
+    const bool transfer = LooksLikeKvTransferFailure(s.error_message());
+    if (transfer) metrics_.kv_transfer_failures.fetch_add(1);
+    spdlog::warn("request {}: Prefill on {} failed{}: {}", r.id(), prefill.address(),
+                 transfer ? " (KV transfer)" : "", s.error_message());
+    return WorkerCallError(absl::StrCat("prefill worker ", prefill.address(), " failed"), s);
+  }
+  metrics_.kv_transfer_bytes.fetch_add(response.transfer_bytes());
+  metrics_.kv_transfer_micros.fetch_add(
+      static_cast<uint64_t>(std::max(0.0f, response.transfer_ms()) * 1000.0f));
+  r.commit_ = response.commit();  // the lease stays open until Decode takes the commit
+  if (r.input_.prompt_logprobs) {
+    const size_t want = r.input_.prompt_ids.empty() ? 0 : r.input_.prompt_ids.size() - 1;
+    if (static_cast<size_t>(response.prompt_logprobs_size()) != want) {
+      r.ReleaseLease("prompt logprobs missing");
+      metrics_.Count(Outcome::kError);
+      return ApiError{
+          502, "bad_gateway",
+          absl::StrCat("prefill worker ", prefill.address(), " returned ",
+                       response.prompt_logprobs_size(), " prompt logprobs for ",
+                       r.input_.prompt_ids.size(), " prompt tokens (expected ", want, ")"),
+          "", ""};
+    }
+    for (const v1::PositionLogprobs& lp : response.prompt_logprobs()) {
+      r.prompt_logprobs_.push_back(WithTokenStrings(model_.tokenizer, lp));
+    }
+  }
+  return std::nullopt;
+}
+
+// ---- ActiveRequest ----
+
+ActiveRequest::ActiveRequest(RequestPipeline* pipeline, GenerationInput input)
+    : pipeline_(pipeline), input_(std::move(input)), control_(std::make_shared<RequestControl>()) {
+  control_->id = input_.request_id;
+}
+
+ActiveRequest::~ActiveRequest() {
+  if (lease_open_) ReleaseLease("the request ended before decoding");
+  decode_.reset();
+  if (admitted_) pipeline_->scheduler_.Release(input_.request_id);
+  if (control_) pipeline_->Unregister(input_.request_id);
+}
+
+const std::string& ActiveRequest::id() const { return input_.request_id; }
+
+void ActiveRequest::ReleaseLease(const std::string& reason) {
+  if (!lease_open_ || !decode_) return;
+  lease_open_ = false;
+  v1::ReleaseRequest request;
+  request.set_lease_id(lease_.lease_id());
+  request.set_reason(reason);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + pipeline_->options_.release_timeout);
+  v1::ReleaseResponse response;
+  const grpc::Status s = decode_->decode()->Release(&ctx, request, &response);
+  if (!s.ok()) {
+    // The lease's ttl reclaims it anyway; this only frees the blocks sooner.
+    spdlog::warn("request {}: Release of lease {} on {} failed: {}", id(), lease_.lease_id(),
+                 decode_->address(), s.error_message());
+  }
+}
+
+struct ActiveRequest::StreamState {
+  std::optional<SchedulerClock::time_point> first_token_at;
+  SchedulerClock::time_point last_token_at;
+  bool finished = false;  // the worker sent its final response
+  v1::FinishReason finish_reason = v1::FINISH_REASON_UNSPECIFIED;
+  std::string worker_error;
+  bool stop_string = false;  // the router ended it on a stop string
+  bool length_cut = false;   // the router ended it at max_tokens
+  bool client_gone = false;
+};
+
+GenerationResult ActiveRequest::Run(const DeltaCallback& on_delta) {
+  v1::DecodeRequest request;
+  request.set_request_id(id());
+  *request.mutable_commit() = commit_;
+  *request.mutable_sampling() = sampling_;
+  request.set_deadline_unix_ms(ToUnixMs(deadline_));
+
+  grpc::ClientContext ctx;
+  ctx.set_deadline(ToSystemDeadline(deadline_));
+  control_->SetCall(&ctx);
+  lease_open_ = false;  // from here the decode worker owns the blocks and frees them on cancel
+  std::unique_ptr<grpc::ClientReaderInterface<v1::DecodeResponse>> reader =
+      decode_->decode()->Decode(&ctx, request);
+
+  OutputAssembler out(pipeline_->model_.tokenizer, input_.sampling.stop);
+  StreamState st;
+  v1::DecodeResponse response;
+  while (reader->Read(&response)) {
+    Delta delta;
+    const bool done = ConsumeResponse(response, out, st, &delta);
+    if (!delta.empty() && !on_delta(delta)) {
+      st.client_gone = true;
+      break;
+    }
+    if (done) break;
+  }
+  // Whatever ended the loop early, the worker must stop and free the request's blocks.
+  if (!st.finished) ctx.TryCancel();
+  const grpc::Status status = reader->Finish();
+  control_->ClearCall();
+  GenerationResult result = Conclude(st, status, out);
+  if (result.outcome == Outcome::kStop || result.outcome == Outcome::kLength ||
+      result.outcome == Outcome::kAbort) {
+    Delta tail;
+    if (out.Finish(&tail)) {
+      result.finish_reason = FinishReason::kStop;
+      result.matched_stop = out.matched_stop();
+    }
+    if (!tail.empty() && !on_delta(tail)) result.outcome = Outcome::kCancelled;
+  }
+  result.usage = Usage{static_cast<int>(input_.prompt_ids.size()), out.tokens()};
+  RouterMetrics& m = pipeline_->metrics_;
+  m.generation_tokens.fetch_add(out.tokens());
+  if (st.first_token_at) {
+    result.ttft_seconds = Seconds(*st.first_token_at - admitted_at_);
+    m.time_to_first_token.Observe(result.ttft_seconds);
+    if (out.tokens() > 1) {
+      result.tpot_seconds = Seconds(st.last_token_at - *st.first_token_at) / (out.tokens() - 1);
+      m.time_per_output_token.Observe(result.tpot_seconds);
+    }
+  }
+  m.Count(result.outcome);
+  return result;
+}
+
+bool ActiveRequest::ConsumeResponse(const v1::DecodeResponse& response, OutputAssembler& out,
+                                    StreamState& st, Delta* delta) {
+  const bool with_logprobs = response.logprobs_size() == response.token_ids_size();
+  for (int i = 0; i < response.token_ids_size(); ++i) {
+    if (out.tokens() >= input_.max_tokens) {
+      // The worker enforces max_tokens too; this only guards against one that does not.
+      st.length_cut = true;
+      return true;
+    }
+    const auto now = SchedulerClock::now();
+    if (!st.first_token_at) st.first_token_at = now;
+    st.last_token_at = now;
+    const v1::PositionLogprobs* lp =
+        input_.logprobs && with_logprobs ? &response.logprobs(i) : nullptr;
+    if (out.Feed(response.token_ids(i), lp, delta)) {
+      st.stop_string = true;
+      return true;
+    }
+  }
+  if (response.finished()) {
+    st.finished = true;
+    st.finish_reason = response.finish_reason();
+    st.worker_error = response.error();
+    return true;
+  }
+  return false;
+}
+
+GenerationResult ActiveRequest::Conclude(StreamState& st, const grpc::Status& status,
+                                         OutputAssembler& out) {
+  GenerationResult r;
+  const std::string address = decode_->address();
+  auto fail = [&](Outcome outcome, ApiError e) {
+    r.outcome = outcome;
+    r.error = std::move(e);
+    return r;
+  };
+  if (st.stop_string) {
+    r.outcome = Outcome::kStop;
+    r.matched_stop = out.matched_stop();
+    return r;
+  }
+  if (st.length_cut) {
+    r.outcome = Outcome::kLength;
+    r.finish_reason = FinishReason::kLength;
+    return r;
+  }
+  if (st.client_gone) {
+    return fail(Outcome::kCancelled, ApiError{499, "invalid_request_error",
+                                              "The client closed the connection.", "", ""});
+  }
+  if (st.finished) {
+    switch (st.finish_reason) {
+      case v1::FINISH_REASON_STOP:
+        r.outcome = Outcome::kStop;
+        return r;
+      case v1::FINISH_REASON_LENGTH:
+        r.outcome = Outcome::kLength;
+        r.finish_reason = FinishReason::kLength;
+        return r;
+      case v1::FINISH_REASON_ABORT:
+        r.outcome = Outcome::kAbort;
+        r.finish_reason = FinishReason::kAbort;
+        return r;
+      default:
+        return fail(
+            Outcome::kError,
+            ApiError{502, "bad_gateway",
+                     absl::StrCat("decode worker ", address, " failed: ",
+                                  st.worker_error.empty() ? "(no message)" : st.worker_error),
+                     "", ""});
+    }
+  }
+  if (control_->is_aborted()) {
+    r.outcome = Outcome::kAbort;
+    r.finish_reason = FinishReason::kAbort;
+    return r;
+  }
+  if (const std::string failure = control_->failure(); !failure.empty()) {
+    return fail(Outcome::kError,
+                ApiError{503, "service_unavailable",
+                         absl::StrCat(failure, "; the request was lost. Retry."), "", ""});
+  }
+  spdlog::warn("request {}: decode stream from {} ended without a final response: {}", id(),
+               address, status.ok() ? std::string("(status OK)") : status.error_message());
+  grpc::Status s = status;
+  if (s.ok()) s = grpc::Status(grpc::StatusCode::INTERNAL, "the stream ended without finishing");
+  if (s.error_code() == grpc::StatusCode::CANCELLED) {
+    // Nobody on this side cancelled it: the worker's end went away (a crash resets the stream).
+    s = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                     absl::StrCat("the worker closed the stream (", s.error_message(), ")"));
+  }
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    pipeline_->registry_.MarkDown(WorkerRole::kDecode, address, s.error_message());
+  }
+  return fail(OutcomeOf(s, false),
+              WorkerCallError(absl::StrCat("decode worker ", address, " failed mid-stream"), s));
+}
+
+}  // namespace dq::router

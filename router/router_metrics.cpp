@@ -1,0 +1,182 @@
+#include "router/router_metrics.h"
+
+#include <algorithm>
+#include <charconv>
+
+#include "absl/strings/str_cat.h"
+
+namespace dq::router {
+namespace {
+
+// TTFT spans a queue wait and a prefill; TPOT is milliseconds per token.
+const std::vector<double> kTtftBuckets = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+                                          2.5,  5,     10,   30,  60,   120};
+const std::vector<double> kTpotBuckets = {0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05,
+                                          0.075, 0.1,    0.15,  0.25, 0.5,  1.0};
+
+// Shortest text that reads back as the same double: counters stay exact ("6635520", not
+// "6.63552e+06") and bucket bounds stay short ("0.025").
+std::string Num(double v) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+  return ec == std::errc() ? std::string(buf, end) : absl::StrCat(v);
+}
+
+void Header(std::string& out, std::string_view name, std::string_view type, std::string_view help) {
+  absl::StrAppend(&out, "# HELP ", std::string(name), " ", std::string(help), "\n# TYPE ",
+                  std::string(name), " ", std::string(type), "\n");
+}
+
+void Scalar(std::string& out, std::string_view name, std::string_view type, std::string_view help,
+            double value) {
+  Header(out, name, type, help);
+  absl::StrAppend(&out, std::string(name), " ", Num(value), "\n");
+}
+
+void HistogramText(std::string& out, std::string_view name, std::string_view help,
+                   const Histogram::Snapshot& h) {
+  Header(out, name, "histogram", help);
+  const std::string n(name);
+  for (size_t i = 0; i < h.upper_bounds.size(); ++i) {
+    absl::StrAppend(&out, n, "_bucket{le=\"", Num(h.upper_bounds[i]), "\"} ",
+                    h.cumulative_counts[i], "\n");
+  }
+  absl::StrAppend(&out, n, "_bucket{le=\"+Inf\"} ", h.count, "\n", n, "_sum ", Num(h.sum), "\n", n,
+                  "_count ", h.count, "\n");
+}
+
+Histogram::Snapshot QueueSnapshot(const QueueTimeHistogram& q) {
+  Histogram::Snapshot s;
+  s.upper_bounds.assign(q.kBucketSeconds.begin(), q.kBucketSeconds.end());
+  s.cumulative_counts.assign(q.cumulative_counts.begin(), q.cumulative_counts.end());
+  s.count = q.count;
+  s.sum = q.sum_seconds;
+  return s;
+}
+
+void WorkerGauges(std::string& out, std::span<const WorkerStatus> workers) {
+  Header(out, "dq_worker_up", "gauge",
+         "1 when the worker is handshaken, layout-compatible and serving.");
+  for (const WorkerStatus& w : workers) {
+    absl::StrAppend(&out, "dq_worker_up{role=\"", std::string(WorkerRoleName(w.role)),
+                    "\",address=\"", EscapeLabelValue(w.address), "\"} ", w.live() ? 1 : 0, "\n");
+  }
+  Header(out, "dq_worker_info", "gauge",
+         "The checkpoint each worker runs (prefill and decode may differ), from its handshake.");
+  for (const WorkerStatus& w : workers) {
+    if (!w.handshaken) continue;
+    const auto& c = w.identity.checkpoint();
+    absl::StrAppend(&out, "dq_worker_info{role=\"", std::string(WorkerRoleName(w.role)),
+                    "\",address=\"", EscapeLabelValue(w.address), "\",checkpoint=\"",
+                    EscapeLabelValue(c.path()), "\",scheme=\"", EscapeLabelValue(c.scheme()),
+                    "\",format=\"", EscapeLabelValue(c.format()), "\",sha256=\"",
+                    EscapeLabelValue(c.sha256()), "\"} 1\n");
+  }
+  Header(out, "dq_worker_load", "gauge",
+         "Requests running + queued on the worker (its last health report) + the router's own "
+         "in-flight calls to it.");
+  for (const WorkerStatus& w : workers) {
+    absl::StrAppend(&out, "dq_worker_load{role=\"", std::string(WorkerRoleName(w.role)),
+                    "\",address=\"", EscapeLabelValue(w.address), "\"} ", w.load(), "\n");
+  }
+  // KV memory as each live worker last reported it (a dead worker's numbers are stale, so they
+  // are left out): lets an operator (and our tests) see blocks return after every request.
+  const std::pair<const char*, uint32_t WorkerStatus::*> kv[] = {
+      {"dq_worker_free_kv_blocks", &WorkerStatus::free_kv_blocks},
+      {"dq_worker_total_kv_blocks", &WorkerStatus::total_kv_blocks},
+      {"dq_worker_open_leases", &WorkerStatus::open_leases}};
+  for (const auto& [name, field] : kv) {
+    Header(out, name, "gauge", "From the worker's last health report (live workers only).");
+    for (const WorkerStatus& w : workers) {
+      if (!w.live()) continue;
+      absl::StrAppend(&out, name, "{role=\"", std::string(WorkerRoleName(w.role)), "\",address=\"",
+                      EscapeLabelValue(w.address), "\"} ", w.*field, "\n");
+    }
+  }
+}
+
+}  // namespace
+
+std::string_view OutcomeName(Outcome o) {
+  static constexpr std::array<std::string_view, kNumOutcomes> kNames = {
+      "stop", "length", "abort", "error", "rejected", "cancelled", "timeout", "bad_request"};
+  return kNames[static_cast<size_t>(o)];
+}
+
+Histogram::Histogram(std::vector<double> upper_bounds) {
+  std::sort(upper_bounds.begin(), upper_bounds.end());
+  s_.cumulative_counts.assign(upper_bounds.size(), 0);
+  s_.upper_bounds = std::move(upper_bounds);
+}
+
+void Histogram::Observe(double value) {
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < s_.upper_bounds.size(); ++i) {
+    if (value <= s_.upper_bounds[i]) ++s_.cumulative_counts[i];
+  }
+  ++s_.count;
+  s_.sum += value;
+}
+
+Histogram::Snapshot Histogram::snapshot() const {
+  std::lock_guard lock(mu_);
+  return s_;
+}
+
+RouterMetrics::RouterMetrics()
+    : time_to_first_token(kTtftBuckets), time_per_output_token(kTpotBuckets) {}
+
+std::string EscapeLabelValue(std::string_view v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string RenderMetrics(const RouterMetrics& m, const SchedulerCounters& scheduler,
+                          std::span<const WorkerStatus> workers) {
+  std::string out;
+  HistogramText(out, "dq_time_to_first_token_seconds",
+                "Time from admission to the first generated token.",
+                m.time_to_first_token.snapshot());
+  HistogramText(out, "dq_time_per_output_token_seconds",
+                "Mean time per generated token after the first, per request.",
+                m.time_per_output_token.snapshot());
+  HistogramText(out, "dq_queue_time_seconds", "Time admitted requests waited in the queue.",
+                QueueSnapshot(scheduler.queue_time));
+  Header(out, "dq_requests_total", "counter", "Requests by how they ended.");
+  for (size_t i = 0; i < kNumOutcomes; ++i) {
+    absl::StrAppend(&out, "dq_requests_total{outcome=\"",
+                    std::string(OutcomeName(static_cast<Outcome>(i))), "\"} ", m.requests[i].load(),
+                    "\n");
+  }
+  Scalar(out, "dq_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",
+         static_cast<double>(m.prompt_tokens.load()));
+  Scalar(out, "dq_generation_tokens_total", "counter", "Tokens generated.",
+         static_cast<double>(m.generation_tokens.load()));
+  Scalar(out, "dq_kv_transfer_bytes_total", "counter",
+         "KV bytes written from prefill into decode workers.",
+         static_cast<double>(m.kv_transfer_bytes.load()));
+  Scalar(out, "dq_kv_transfer_seconds_total", "counter",
+         "Time spent transferring KV (first write posted to last acknowledged).",
+         static_cast<double>(m.kv_transfer_micros.load()) / 1e6);
+  Scalar(out, "dq_kv_transfer_failures_total", "counter", "Prefills that failed moving KV.",
+         static_cast<double>(m.kv_transfer_failures.load()));
+  Scalar(out, "dq_requests_running", "gauge", "Requests admitted and not finished.",
+         scheduler.in_flight);
+  Scalar(out, "dq_requests_queued", "gauge", "Requests waiting for admission.", scheduler.queued);
+  WorkerGauges(out, workers);
+  return out;
+}
+
+}  // namespace dq::router

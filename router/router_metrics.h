@@ -1,0 +1,77 @@
+// The router's Prometheus metrics and their text exposition (format 0.0.4): latency histograms,
+// request outcomes, token and KV-transfer counters, scheduler gauges, and one info gauge per
+// worker naming its checkpoint (prefill and decode may run different weights; this is where an
+// operator sees which).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "router/scheduler.h"
+#include "router/worker_registry.h"
+
+namespace dq::router {
+
+// How a request ended, as counted in dq_requests_total{outcome}.
+enum class Outcome {
+  kStop,        // finished: EOS, stop token or stop string
+  kLength,      // finished: max_tokens or context
+  kAbort,       // aborted by an Abort call
+  kError,       // a worker or the router failed it
+  kRejected,    // refused for load (429)
+  kCancelled,   // the client went away
+  kTimeout,     // its deadline passed
+  kBadRequest,  // refused as invalid (400, 401, 404, 413)
+};
+inline constexpr size_t kNumOutcomes = 8;
+std::string_view OutcomeName(Outcome o);
+
+// A cumulative histogram with fixed buckets. Thread-safe.
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> upper_bounds);
+  void Observe(double value);
+
+  struct Snapshot {
+    std::vector<double> upper_bounds;
+    std::vector<uint64_t> cumulative_counts;  // one per bound
+    uint64_t count = 0;                       // the +Inf bucket
+    double sum = 0;
+  };
+  Snapshot snapshot() const;
+
+ private:
+  mutable std::mutex mu_;
+  Snapshot s_;
+};
+
+struct RouterMetrics {
+  RouterMetrics();
+
+  Histogram time_to_first_token;    // seconds, admission -> first decoded token
+  Histogram time_per_output_token;  // seconds, mean over a request's tokens after the first
+  std::array<std::atomic<uint64_t>, kNumOutcomes> requests{};
+  std::atomic<uint64_t> prompt_tokens{0};
+  std::atomic<uint64_t> generation_tokens{0};
+  std::atomic<uint64_t> kv_transfer_bytes{0};
+  std::atomic<uint64_t> kv_transfer_micros{0};
+  std::atomic<uint64_t> kv_transfer_failures{0};
+
+  void Count(Outcome o) { requests[static_cast<size_t>(o)].fetch_add(1); }
+  uint64_t count(Outcome o) const { return requests[static_cast<size_t>(o)].load(); }
+};
+
+// Escapes a label value: backslash, double quote and newline.
+std::string EscapeLabelValue(std::string_view v);
+
+// The whole /metrics page.
+std::string RenderMetrics(const RouterMetrics& m, const SchedulerCounters& scheduler,
+                          std::span<const WorkerStatus> workers);
+
+}  // namespace dq::router

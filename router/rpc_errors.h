@@ -1,0 +1,34 @@
+// Error mapping at the router's two wire boundaries: a worker's gRPC status becomes the
+// ApiError an HTTP client sees (naming the worker and what to do), and an ApiError becomes the
+// gRPC status a DqServe client sees.
+#pragma once
+
+#include <grpcpp/support/status.h>
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "router/api_error.h"
+
+namespace dq::router {
+
+// The same code and message as an absl::Status (gRPC and absl share the canonical codes).
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+// What the client sees when a call to a worker failed. `what` says which step failed, e.g.
+// "prefill worker 10.0.0.2:7001 failed". Unavailable -> 503 service_unavailable (retry later);
+// DeadlineExceeded -> 504 timeout; InvalidArgument / OutOfRange -> 400 (the request cannot be
+// served as given); ResourceExhausted -> 503 (the worker is out of KV memory: retry later);
+// Cancelled -> 499; anything else -> 502 bad_gateway (a worker misbehaved, not the client).
+ApiError WorkerCallError(std::string_view what, const grpc::Status& status);
+
+// 503 service_unavailable with `message` (no live worker of a role, router shutting down).
+ApiError ServiceUnavailable(std::string message);
+
+// The gRPC status for an ApiError: 400 -> INVALID_ARGUMENT, 401 -> UNAUTHENTICATED,
+// 404 -> NOT_FOUND, 409 -> ALREADY_EXISTS, 413 -> INVALID_ARGUMENT, 429 -> RESOURCE_EXHAUSTED,
+// 499 -> CANCELLED, 503 -> UNAVAILABLE, 504 / 408 -> DEADLINE_EXCEEDED, else INTERNAL.
+grpc::Status ToGrpcStatus(const ApiError& error);
+
+}  // namespace dq::router

@@ -1,0 +1,57 @@
+#include "router/served_model.h"
+
+#include <filesystem>
+
+#include "engine/model/model_loader.h"
+
+namespace dq::router {
+
+std::string ModelNameFromPath(const std::string& path) {
+  std::filesystem::path p(path);
+  if (!p.has_filename()) p = p.parent_path();  // a trailing slash
+  return p.has_extension() && p.extension() == ".gguf" ? p.stem().string() : p.filename().string();
+}
+
+absl::StatusOr<ServedModel> ServedModel::Load(const std::string& path, std::string name) {
+  DQ_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(path));
+  ServedModel m;
+  m.name = name.empty() ? ModelNameFromPath(path) : std::move(name);
+  m.path = path;
+  m.tokenizer = model->tokenizer;
+  m.chat_template = model->chat_template;
+  m.max_context = model->config.max_context;
+  m.vocab_size = model->config.vocab_size;
+  if (m.max_context <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model ", path, " declares no context length (max_position_embeddings)"));
+  }
+  return m;
+}
+
+ApiResult<std::vector<int32_t>> ServedModel::ChatPrompt(const std::vector<ChatMessage>& messages,
+                                                        std::optional<bool> enable_thinking,
+                                                        bool add_generation_prompt) const {
+  if (!chat_template) {
+    return InvalidRequest(
+        "messages",
+        absl::StrCat("The model '", name, "' has no chat template; use /v1/completions instead."));
+  }
+  ChatRenderOptions opts;
+  opts.add_generation_prompt = add_generation_prompt;
+  if (enable_thinking) opts.enable_thinking = *enable_thinking;
+  absl::StatusOr<std::string> text = chat_template->Render(messages, opts);
+  if (!text.ok()) return InvalidRequest("messages", std::string(text.status().message()));
+  return tokenizer.Encode(*text, /*parse_special=*/true);
+}
+
+std::vector<int32_t> ServedModel::CompletionPrompt(const CompletionRequest& request) const {
+  if (request.prompt_is_token_ids()) return std::get<1>(request.prompt);
+  return tokenizer.Encode(std::get<0>(request.prompt), /*parse_special=*/true);
+}
+
+std::string ServedModel::PromptText(const CompletionRequest& request) const {
+  if (!request.prompt_is_token_ids()) return std::get<0>(request.prompt);
+  return tokenizer.Decode(std::get<1>(request.prompt));
+}
+
+}  // namespace dq::router

@@ -1,0 +1,46 @@
+// The model the router serves, as far as the router needs it: name, tokenizer, chat template,
+// context length. Loaded with engine/'s model loader (the only reason dq_router_server links
+// dq_engine); the router never touches tensors.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/chat_template.h"
+#include "common/status.h"
+#include "common/tokenizer/tokenizer.h"
+#include "router/api_error.h"
+#include "router/api_types.h"
+
+namespace dq::router {
+
+struct ServedModel {
+  std::string name;  // what clients pass as "model"
+  std::string path;
+  Tokenizer tokenizer;
+  std::optional<ChatTemplate> chat_template;
+  int max_context = 0;
+  int vocab_size = 0;
+
+  // Loads `path` (HF directory or .gguf). `name` empty: the path's stem ("Qwen3-4B" for
+  // /models/Qwen3-4B/ or /models/Qwen3-4B.gguf).
+  static absl::StatusOr<ServedModel> Load(const std::string& path, std::string name);
+
+  // The chat prompt's token ids: the messages rendered with the chat template (with the
+  // assistant prefix), then tokenized with special tokens parsed. 400 when the model has no
+  // template or the template refuses the conversation.
+  ApiResult<std::vector<int32_t>> ChatPrompt(const std::vector<ChatMessage>& messages,
+                                             std::optional<bool> enable_thinking,
+                                             bool add_generation_prompt = true) const;
+  // A completion prompt's token ids (text is tokenized as is, no template) and its text (token
+  // ids are decoded, for echo).
+  std::vector<int32_t> CompletionPrompt(const CompletionRequest& request) const;
+  std::string PromptText(const CompletionRequest& request) const;
+};
+
+// "Qwen3-4B" for "/m/Qwen3-4B/", "/m/Qwen3-4B" and "/m/Qwen3-4B.gguf".
+std::string ModelNameFromPath(const std::string& path);
+
+}  // namespace dq::router

@@ -1,0 +1,68 @@
+"""Bad input against a live router: 400 with an OpenAI-style body naming the field, 401 for a
+missing or wrong key, 404 for an unknown model, 413 for an oversized body; the server keeps
+serving after each."""
+import json
+
+from serve_lib import SMOL, TINY, Deployment, check, finish, post_json, request, served_name
+
+KEY = "test-key-123"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
+def expect(port, path, body, status, param=None, headers=AUTH, what=""):
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    got, _, out = request("POST", port, path, raw, headers)
+    try:
+        err = json.loads(out).get("error", {})
+    except ValueError:
+        err = {}
+    good = got == status and isinstance(err.get("message"), str) and err["message"]
+    if param is not None:
+        good = good and err.get("param") == param
+    check(good, f"{what or param}: {got} {err.get('type')} param={err.get('param')!r} "
+                f"{str(err.get('message'))[:90]!r}")
+
+
+def main():
+    with Deployment(TINY, env={"DQ_API_KEY": KEY}, router_args=["--max-body-bytes", "65536"]) as d:
+        p = d.port
+        status, _, raw = request("GET", p, "/v1/models", headers=AUTH)
+        name = json.loads(raw)["data"][0]["id"]
+        chat = "/v1/chat/completions"
+        msgs = [{"role": "user", "content": "hi"}]
+        ok_body = {"model": name, "messages": msgs, "max_tokens": 4}
+        expect(p, chat, b"{not json", 400, what="malformed JSON")
+        expect(p, chat, {**ok_body, "max_tokens": "four"}, 400, "max_tokens")
+        expect(p, chat, {**ok_body, "messages": "hi"}, 400, "messages")
+        expect(p, chat, {**ok_body, "model": "gpt-17"}, 404, "model")
+        expect(p, chat, {**ok_body, "max_tokens": 0}, 400, "max_tokens")
+        expect(p, chat, {**ok_body, "max_tokens": -3}, 400, "max_tokens")
+        expect(p, chat, {**ok_body, "max_tokens": 10 ** 7}, 400, "max_tokens",
+               what="max_tokens beyond the context")
+        expect(p, chat, {**ok_body, "temperature": 7}, 400, "temperature")
+        expect(p, chat, {**ok_body, "top_p": 0}, 400, "top_p")
+        expect(p, chat, {**ok_body, "messages": []}, 400, "messages")
+        long = " ".join(["word"] * 6000)
+        expect(p, chat, {**ok_body, "messages": [{"role": "user", "content": long}]}, 400,
+               "messages", what="prompt longer than the context")
+        bad_utf8 = b'{"model": "' + name.encode() + b'", "messages": [{"role": "user", ' \
+            b'"content": "\xff\xfe"}]}'
+        expect(p, chat, bad_utf8, 400, what="invalid UTF-8")
+        expect(p, chat, {**ok_body, "messages": [{"role": "user", "content": "x" * 100000}]}, 413,
+               what="oversized body")
+        expect(p, "/v1/completions", {"model": name, "prompt": [99999999]}, 400, "prompt",
+               what="token id beyond the vocabulary")
+        expect(p, chat, ok_body, 401, headers={}, what="missing API key")
+        expect(p, chat, ok_body, 401, headers={"Authorization": "Bearer nope"},
+               what="wrong API key")
+        check(request("GET", p, "/metrics")[0] == 401, "/metrics needs the key")
+        check(request("GET", p, "/health")[0] == 200, "/health needs no key")
+        status, body = post_json(p, chat, ok_body, headers=AUTH)
+        check(status == 200 and body["choices"][0]["finish_reason"] in ("stop", "length"),
+              "still serving after every bad request")
+        check(all(pr.poll() is None for pr in d.procs.values()), "no process died")
+    finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+// LeasePlan: prompt blocks -> lease blocks -> (region, offset), and how copies are merged.
+#include "prefill_worker/lease_plan.h"
+
+#include <gtest/gtest.h>
+
+namespace dq::prefill {
+namespace {
+namespace v1 = dqserve::v1;
+
+constexpr uint64_t kBlock = 1024;
+constexpr uint64_t kStride = 100 * kBlock;  // 100 blocks per layer in the decode pool
+const LocalKvGeometry kLocal{2, 16, kBlock, 50 * kBlock};
+
+void AddRun(v1::KvLease& lease, int start, int count) {
+  v1::BlockRun* r = lease.add_blocks();
+  r->set_start_block(start);
+  r->set_count(count);
+}
+
+void AddRegion(v1::KvLease& lease, v1::KvTensor t, int first_layer, int layers, int first_block,
+               int blocks) {
+  v1::KvRemoteRegion* r = lease.mutable_endpoint()->add_regions();
+  r->set_tensor(t);
+  r->set_first_layer(first_layer);
+  r->set_num_layers(layers);
+  r->set_layer_stride_bytes(kStride);
+  r->set_block_bytes(kBlock);
+  r->set_first_block(first_block);
+  r->set_num_blocks(blocks);
+}
+
+// Whole-pool regions (all layers, all blocks): one K and one V.
+v1::KvLease WholePoolLease() {
+  v1::KvLease lease;
+  lease.set_lease_id("w");
+  AddRegion(lease, v1::KV_TENSOR_KEY, 0, 2, 0, 100);
+  AddRegion(lease, v1::KV_TENSOR_VALUE, 0, 2, 0, 100);
+  return lease;
+}
+
+TEST(LeasePlan, ConsecutiveBlocksMergeIntoOneCopy) {
+  v1::KvLease lease = WholePoolLease();
+  AddRun(lease, 10, 4);
+  auto plan = LeasePlan::Create(lease, 60, kLocal);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const std::vector<int32_t> local = {7, 8, 9, 12};
+  const auto groups = plan->Copies(v1::KV_TENSOR_VALUE, 1, 0, 4, local);
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].region, 1);
+  ASSERT_EQ(groups[0].copies.size(), 2u);  // local 7..9 are one run, 12 another
+  EXPECT_EQ(groups[0].copies[0].local_offset, 50 * kBlock + 7 * kBlock);
+  EXPECT_EQ(groups[0].copies[0].remote_offset, kStride + 10 * kBlock);
+  EXPECT_EQ(groups[0].copies[0].bytes, 3 * kBlock);
+  EXPECT_EQ(groups[0].copies[1].local_offset, 50 * kBlock + 12 * kBlock);
+  EXPECT_EQ(groups[0].copies[1].remote_offset, kStride + 13 * kBlock);
+  EXPECT_EQ(groups[0].copies[1].bytes, kBlock);
+}
+
+TEST(LeasePlan, PerRunPerLayerRegionsSplitPostsAndOffsetsStartAtTheRun) {
+  v1::KvLease lease;
+  lease.set_lease_id("r");
+  AddRun(lease, 30, 2);
+  AddRun(lease, 5, 1);
+  for (int layer = 0; layer < 2; ++layer) {
+    for (auto t : {v1::KV_TENSOR_KEY, v1::KV_TENSOR_VALUE}) {
+      AddRegion(lease, t, layer, 1, 30, 2);
+      AddRegion(lease, t, layer, 1, 5, 1);
+    }
+  }
+  auto plan = LeasePlan::Create(lease, 40, kLocal);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->remote_block(0), 30);
+  EXPECT_EQ(plan->remote_block(2), 5);
+  // Prompt blocks 1..2 of layer 1's keys: the end of run 1 and all of run 2.
+  const auto groups = plan->Copies(v1::KV_TENSOR_KEY, 1, 1, 3, std::vector<int32_t>{0, 1, 2});
+  ASSERT_EQ(groups.size(), 2u);
+  // Regions are listed layer 0 (K30, K5, V30, V5), then layer 1 (K30 = index 4, K5 = 5).
+  EXPECT_EQ(groups[0].region, 4);
+  ASSERT_EQ(groups[0].copies.size(), 1u);
+  EXPECT_EQ(groups[0].copies[0].remote_offset, kBlock);  // block 31 inside [30, 32)
+  EXPECT_EQ(groups[0].copies[0].local_offset, 50 * kBlock + kBlock);
+  EXPECT_EQ(groups[1].region, 5);
+  EXPECT_EQ(groups[1].copies[0].remote_offset, 0u);
+}
+
+TEST(LeasePlan, RefusesLeasesThatCannotHoldThePrompt) {
+  v1::KvLease lease = WholePoolLease();
+  AddRun(lease, 0, 2);
+  auto plan = LeasePlan::Create(lease, 33, kLocal);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(plan.status().message().find("needs 3"), std::string::npos) << plan.status();
+
+  lease = WholePoolLease();
+  AddRun(lease, 99, 2);  // block 100 is past the regions
+  plan = LeasePlan::Create(lease, 32, kLocal);
+  EXPECT_NE(plan.status().message().find("no K region for layer 0 block 100"), std::string::npos)
+      << plan.status();
+
+  lease = WholePoolLease();
+  AddRun(lease, 0, 1);
+  lease.mutable_endpoint()->mutable_regions(1)->set_block_bytes(2 * kBlock);
+  plan = LeasePlan::Create(lease, 16, kLocal);
+  EXPECT_NE(plan.status().message().find("block_bytes"), std::string::npos) << plan.status();
+}
+
+}  // namespace
+}  // namespace dq::prefill
