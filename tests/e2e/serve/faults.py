@@ -24,10 +24,14 @@ def blocks_return(dep, start, what, timeout):
 
 
 def client_disconnect(dep, name, start):
+    prefill_start = worker_gauge(dep.port, "dq_worker_free_kv_blocks", "prefill")
     status, events, _ = stream(dep.port, "/v1/chat/completions", long_stream_body(name),
                                on_event=lambda i, e: i < 3)
     check(status == 200 and len(events) == 4, "disconnect: read 4 events, then hung up")
     blocks_return(dep, start, "client disconnect", 3)
+    back = wait_until(lambda: worker_gauge(dep.port, "dq_worker_free_kv_blocks", "prefill")
+                      == prefill_start, 3)
+    check(back, f"client disconnect: prefill workers' KV blocks back to {prefill_start:.0f}")
 
 
 def kill_prefill(dep, name, start):

@@ -1,0 +1,86 @@
+// A linear layer on the device, in whichever format its weights are stored, and the one entry
+// point every model layer calls: y = x · Wᵀ. Activations are bf16 [m, in] row-major; the output
+// is bf16 [m, out], or fp32 [m, out] accumulated into (the residual stream).
+//
+// Dispatch (LinearForward): bf16 weights → cuBLASLt bf16; fp8 W8A8 → per-token E4M3 activation
+// quantization + cuBLASLt FP8 with per-channel × per-token scales applied exactly; nvfp4 W4A4 →
+// NVFP4 activation quantize-dequantize + block-scaled weights unpacked to a tensor-core format,
+// reproducing the CPU reference's numerics (global scales in the epilogue); weight-only formats
+// (intN, nvfp4a16, lutN, GGUF blocks) → the weight_only.h kernels for small m (decode), and a
+// dequantize-to-bf16 + cuBLASLt path for large m (prefill on decode weights).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "common/status.h"
+#include "engine/cuda/device_buffer.h"
+#include "engine/cuda/weight_only.h"
+#include "engine/model/linear_weight.h"
+
+namespace dq::cuda {
+
+enum class LinearKind { kBf16, kFp8, kNvfp4W4A4, kWeightOnly };
+
+// Owned by the model; immutable after UploadLinear.
+struct DeviceLinear {
+  LinearKind kind = LinearKind::kBf16;
+  int64_t out_features = 0;
+  int64_t in_features = 0;
+  // kBf16: bf16 [out, in]. kFp8: E4M3 [out, in]. kNvfp4W4A4: packed E2M1 [out, in / 2].
+  DeviceBuffer weight;
+  // kFp8: f32 [out] per-channel scales. kNvfp4W4A4: E4M3 [out, in / 16] block scales.
+  DeviceBuffer weight_scale;
+  // kNvfp4W4A4: the weight's global scale (dequantized w = e2m1 * block_scale / global) and the
+  // activations' static global scale (0: dynamic per row), as the CPU reference uses them.
+  float weight_global_scale = 1.0f;
+  float act_global_scale = 0.0f;
+  // kWeightOnly.
+  WeightOnlyWeights weight_only;
+
+  // Device bytes of the weights (what one pass over the layer reads).
+  int64_t device_bytes() const;
+};
+
+// Copies (and, where the device layout differs, repacks) a CPU weight to the device, keeping
+// its format and compute mode. Errors: a dtype/scheme/mode with no device implementation
+// (the message names it and lists what is supported).
+absl::StatusOr<DeviceLinear> UploadLinear(const LinearWeight& w);
+
+struct LinearArgs {
+  const __nv_bfloat16* x = nullptr;  // [m, in_features]
+  int64_t m = 0;
+  // Exactly one of: bf16 output [m, out] (overwritten), or fp32 [m, out] accumulated into.
+  __nv_bfloat16* y_bf16 = nullptr;
+  float* y_accumulate = nullptr;
+};
+
+// cuBLASLt handle, workspace and scratch buffers (activation quantization, dequantized weight
+// tiles), grown on demand outside graph capture and reused. One per stream; not thread-safe.
+class LinearContext {
+ public:
+  LinearContext();
+  ~LinearContext();
+  LinearContext(const LinearContext&) = delete;
+  LinearContext& operator=(const LinearContext&) = delete;
+
+  // Preallocates scratch for layers up to [max_m, max_in] x [max_out] so that later forwards
+  // (and CUDA graph capture) never allocate.
+  void Reserve(int64_t max_m, int64_t max_in, int64_t max_out);
+
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// y = x · Wᵀ on `stream`. Preconditions (asserted): m >= 1, exactly one output, scratch
+// reserved for these sizes when called inside graph capture.
+void LinearForward(const DeviceLinear& w, const LinearArgs& args, LinearContext& ctx,
+                   cudaStream_t stream);
+
+}  // namespace dq::cuda
