@@ -5,9 +5,11 @@
 namespace dq {
 
 KvBlockPool::KvBlockPool(const KvCacheOptions& options) : options_(options) {
-  const size_t n = static_cast<size_t>(options_.num_layers) * LayerStride();
-  keys_.assign(n, 0.0f);
-  values_.assign(n, 0.0f);
+  if (options_.host_storage) {
+    const size_t n = static_cast<size_t>(options_.num_layers) * LayerStride();
+    keys_.assign(n, 0.0f);
+    values_.assign(n, 0.0f);
+  }
   for (int32_t b = 0; b < options_.num_blocks; ++b) free_.insert(free_.end(), b);
 }
 

@@ -14,6 +14,9 @@ struct KvCacheOptions {
   int head_dim = 0;
   int block_size = 16;  // tokens per block
   int num_blocks = 0;
+  // false: only block ids are managed here; the K/V bytes live elsewhere (a device backend's
+  // cache with this layout), and key()/value()/keys_data() must not be used.
+  bool host_storage = true;
 };
 
 // A sequence's block table: the blocks holding its tokens in order, and how many tokens are

@@ -8,6 +8,7 @@
 #include "engine/kvcache/kv_block_pool.h"
 #include "engine/model/batch.h"
 #include "engine/model/decoder_weights.h"
+#include "engine/model/forward_model.h"
 #include "engine/model/model_config.h"
 
 namespace dq {
@@ -18,20 +19,14 @@ enum class LinearInput { kQkv, kO, kGateUp, kDown };
 using LinearObserver =
     std::function<void(int layer, LinearInput which, const float* x, int64_t rows, int64_t n)>;
 
-// Optional callbacks during one forward pass. They run on the calling thread between layers, so
-// they must be quick (post a transfer, not wait for it).
-struct ForwardHooks {
-  // Called once per layer as soon as that layer's K/V for every new token of the batch is in the
-  // pool (before the layer's MLP runs): a prefill worker ships the layer's KV pages from here, so
-  // the transfer overlaps the rest of the forward pass.
-  std::function<void(int layer)> on_layer_kv_written;
-};
-
-class DecoderModel {
+class DecoderModel : public ForwardModel {
  public:
   DecoderModel(ModelConfig config, DecoderWeights weights);
 
-  const ModelConfig& config() const { return config_; }
+  const ModelConfig& config() const override { return config_; }
+  std::string_view backend() const override { return "cpu"; }
+  // The bound weights (a device backend uploads its copy from these).
+  const DecoderWeights& weights() const { return weights_; }
   // Installs (or, with {}, removes) an observer of linear-layer inputs. Not thread-safe with
   // a concurrent Forward.
   void set_observer(LinearObserver observer) { observer_ = std::move(observer); }
@@ -40,7 +35,7 @@ class DecoderModel {
   // Preconditions (checked, error on violation): every item has blocks for its new tokens,
   // token ids are in the vocabulary, positions stay below max_context.
   absl::Status Forward(const Batch& batch, KvBlockPool& pool, ThreadPool& threads,
-                       BatchLogits* logits, const ForwardHooks& hooks = {}) const;
+                       BatchLogits* logits, const ForwardHooks& hooks = {}) const override;
 
  private:
   struct Scratch;

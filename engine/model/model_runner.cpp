@@ -90,8 +90,23 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   const int threads = options.threads > 0 ? options.threads : DefaultThreadCount();
   spdlog::debug("model runner: {} layers, KV pool {} blocks x {} tokens, {} threads",
                 config.num_layers, kv.num_blocks, kv.block_size, threads);
+  if (options.backend) {
+    DQ_ASSIGN_OR_RETURN(BackendModels models, options.backend(*prefill_model, *decode_model, kv));
+    kv.host_storage = false;  // the backend holds the cache; the pool hands out block ids
+    return std::unique_ptr<ModelRunner>(
+        new ModelRunner(std::move(models.prefill), std::move(models.decode), nullptr, kv, threads));
+  }
   return std::unique_ptr<ModelRunner>(
-      new ModelRunner(std::move(prefill_model), std::move(decode_model), kv, threads));
+      new ModelRunner(prefill_model, decode_model, prefill_model, kv, threads));
+}
+
+absl::Status ModelRunner::SetPrefillObserver(LinearObserver observer) {
+  if (cpu_prefill_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "observing linear-layer inputs (calibration) needs the CPU backend");
+  }
+  cpu_prefill_->set_observer(std::move(observer));
+  return absl::OkStatus();
 }
 
 }  // namespace dq

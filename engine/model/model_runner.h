@@ -3,7 +3,9 @@
 // different compute modes (format disaggregation); they always share the KV cache.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string_view>
 
 #include "common/status.h"
 #include "common/thread_pool.h"
@@ -15,10 +17,22 @@
 
 namespace dq {
 
+// Both phases' forward models on a backend other than the CPU.
+struct BackendModels {
+  std::shared_ptr<ForwardModel> prefill;
+  std::shared_ptr<ForwardModel> decode;
+};
+// Builds them from the CPU-bound models (whose weights are read, not kept): e.g. engine/cuda's
+// CudaBackendFactory. The two models share one KV cache laid out as `kv` describes; the runner's
+// pool then only hands out block ids (it keeps no host KV storage).
+using BackendFactory = std::function<absl::StatusOr<BackendModels>(
+    const DecoderModel& prefill, const DecoderModel& decode, const KvCacheOptions& kv)>;
+
 struct ModelRunnerOptions {
   int threads = 0;         // 0: one per hardware thread
   int kv_block_size = 16;  // tokens per KV block
   int kv_capacity = 0;     // tokens the KV pool holds in all; 0: min(context, 8192)
+  BackendFactory backend;  // empty: the CPU backend
 };
 
 // The weights one phase computes with. The checkpoint must outlive the runner (weights are
@@ -44,23 +58,31 @@ class ModelRunner {
   const ModelConfig& config() const { return decode_->config(); }
   KvBlockPool& kv_pool() { return pool_; }
   ThreadPool& threads() { return threads_; }
+  // "cpu" or "cuda".
+  std::string_view backend() const { return decode_->backend(); }
 
-  // Observes the prefill model's linear-layer inputs (calibration); {} removes it.
-  void SetPrefillObserver(LinearObserver observer) { prefill_->set_observer(std::move(observer)); }
+  // Observes the prefill model's linear-layer inputs (calibration); {} removes it. CPU backend
+  // only (FailedPrecondition otherwise).
+  absl::Status SetPrefillObserver(LinearObserver observer);
 
   // One forward pass; Phase::kPrefill batches run on the prefill weights, kDecode on the decode
-  // weights. See DecoderModel::Forward.
+  // weights. See ForwardModel::Forward.
   absl::Status Forward(const Batch& batch, BatchLogits* logits, const ForwardHooks& hooks = {}) {
-    const DecoderModel& m = batch.phase == Phase::kPrefill ? *prefill_ : *decode_;
+    const ForwardModel& m = batch.phase == Phase::kPrefill ? *prefill_ : *decode_;
     return m.Forward(batch, pool_, threads_, logits, hooks);
   }
 
  private:
-  ModelRunner(std::shared_ptr<DecoderModel> prefill, std::shared_ptr<DecoderModel> decode,
-              const KvCacheOptions& kv, int threads)
-      : prefill_(std::move(prefill)), decode_(std::move(decode)), pool_(kv), threads_(threads) {}
-  std::shared_ptr<DecoderModel> prefill_;
-  std::shared_ptr<DecoderModel> decode_;
+  ModelRunner(std::shared_ptr<ForwardModel> prefill, std::shared_ptr<ForwardModel> decode,
+              std::shared_ptr<DecoderModel> cpu_prefill, const KvCacheOptions& kv, int threads)
+      : prefill_(std::move(prefill)),
+        decode_(std::move(decode)),
+        cpu_prefill_(std::move(cpu_prefill)),
+        pool_(kv),
+        threads_(threads) {}
+  std::shared_ptr<ForwardModel> prefill_;
+  std::shared_ptr<ForwardModel> decode_;
+  std::shared_ptr<DecoderModel> cpu_prefill_;  // null on other backends
   KvBlockPool pool_;
   ThreadPool threads_;
 };

@@ -146,11 +146,11 @@ absl::Status Calibrate(Job& job) {
   ro.threads = job.opt.threads;
   ro.kv_capacity = static_cast<int>(ids.size()) + 16;
   DQ_ASSIGN_OR_RETURN(auto runner, ModelRunner::Create(*job.src.checkpoint, job.src.config, ro));
-  runner->SetPrefillObserver(
+  DQ_RETURN_IF_ERROR(runner->SetPrefillObserver(
       [&](int layer, LinearInput which, const float* x, int64_t rows, int64_t n) {
         float& a = job.act_amax[{layer, which}];
         for (int64_t i = 0; i < rows * n; ++i) a = std::max(a, std::abs(x[i]));
-      });
+      }));
   KvSequence seq;
   runner->kv_pool().extend(seq, static_cast<int>(ids.size()));
   BatchLogits logits;

@@ -1,0 +1,191 @@
+#include "engine/cuda/cuda_model.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "engine/cpu/cpu_ops.h"
+#include "engine/cuda/attention_decode.h"
+#include "engine/cuda/attention_prefill.h"
+#include "engine/cuda/cuda_model_internal.h"
+#include "engine/cuda/elementwise.h"
+#include "engine/cuda/linear_fuse.h"
+#include "engine/cuda/norm.h"
+#include "engine/cuda/rope.h"
+#include "engine/quant/ggml_blocks.h"
+
+namespace dq::cuda {
+
+namespace {
+
+constexpr int kMaxSeqs = 256;
+constexpr int kMaxLogitRows = 512;
+
+DeviceBuffer Floats(const std::vector<float>& v) { return DeviceBuffer::From(v); }
+
+// Rounds to bf16 (nearest even) on the host.
+uint16_t Bf16Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffff) > 0x7f800000) return 0x7fc0;
+  u += 0x7fff + ((u >> 16) & 1);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// The embedding table dequantized to bf16, uploaded in slices of rows.
+absl::StatusOr<DeviceBuffer> UploadEmbedding(const LinearWeight& e) {
+  if (e.codec != nullptr) {
+    return absl::UnimplementedError("quantized-codec embeddings are not supported on CUDA");
+  }
+  DeviceBuffer out(static_cast<size_t>(e.out_features * e.in_features) * 2);
+  constexpr int64_t kSlice = 4096;
+  std::vector<float> row(e.in_features);
+  std::vector<uint16_t> host;
+  for (int64_t r0 = 0; r0 < e.out_features; r0 += kSlice) {
+    const int64_t n = std::min(kSlice, e.out_features - r0);
+    host.resize(n * e.in_features);
+    for (int64_t r = 0; r < n; ++r) {
+      DequantizeRow(e.dtype, e.row(r0 + r), row.data(), e.in_features);
+      for (int64_t i = 0; i < e.in_features; ++i) host[r * e.in_features + i] = Bf16Bits(row[i]);
+    }
+    CUDA_CHECK(cudaMemcpy(out.get<uint16_t>() + r0 * e.in_features, host.data(), host.size() * 2,
+                          cudaMemcpyHostToDevice));
+  }
+  return out;
+}
+
+// Uploads matrices that share an input as one fused matrix when their storage allows, else
+// one by one (the forward pass handles both layouts).
+absl::StatusOr<std::vector<DeviceLinear>> UploadGroup(std::vector<const LinearWeight*> parts) {
+  std::vector<DeviceLinear> out;
+  absl::StatusOr<LinearWeight> fused = ConcatRows(parts);
+  if (fused.ok()) {
+    absl::StatusOr<DeviceLinear> d = UploadLinear(*fused);
+    if (d.ok()) {
+      out.push_back(std::move(*d));
+      return out;
+    }
+  }
+  for (const LinearWeight* p : parts) {
+    DQ_ASSIGN_OR_RETURN(DeviceLinear d, UploadLinear(*p));
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+int64_t Bytes(const std::vector<DeviceLinear>& v) {
+  int64_t n = 0;
+  for (const DeviceLinear& d : v) n += d.device_bytes();
+  return n;
+}
+
+}  // namespace
+
+DeviceKvCache::DeviceKvCache(const KvCacheOptions& kv) : kv_(kv) {
+  const size_t per_tensor = static_cast<size_t>(kv.num_layers) * kv.num_blocks * kv.block_size *
+                            kv.num_kv_heads * kv.head_dim * 2;
+  k_ = DeviceBuffer(per_tensor);
+  v_ = DeviceBuffer(per_tensor);
+  CUDA_CHECK(cudaMemset(k_.get(), 0, per_tensor));
+  CUDA_CHECK(cudaMemset(v_.get(), 0, per_tensor));
+}
+
+KvCacheLayer DeviceKvCache::layer(int l) const {
+  KvCacheLayer c;
+  const int64_t layer_elems =
+      static_cast<int64_t>(kv_.num_blocks) * kv_.block_size * kv_.num_kv_heads * kv_.head_dim;
+  c.k = k_.get<__nv_bfloat16>() + l * layer_elems;
+  c.v = v_.get<__nv_bfloat16>() + l * layer_elems;
+  c.num_blocks = kv_.num_blocks;
+  c.block_size = kv_.block_size;
+  c.num_kv_heads = kv_.num_kv_heads;
+  c.head_dim = kv_.head_dim;
+  return c;
+}
+
+CudaDecoderModel::~CudaDecoderModel() {
+  for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g);
+  if (buf_ && buf_->host_meta) cudaFreeHost(buf_->host_meta);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+absl::Status CudaDecoderModel::Upload(const DecoderModel& cpu) {
+  const DecoderWeights& w = cpu.weights();
+  for (const DecoderLayerWeights& lw : w.layers) {
+    Layer l;
+    l.attn_norm = Floats(lw.attn_norm);
+    l.ffn_norm = Floats(lw.ffn_norm);
+    if (config_.qk_norm) {
+      l.q_norm = Floats(lw.q_norm);
+      l.k_norm = Floats(lw.k_norm);
+    }
+    DQ_ASSIGN_OR_RETURN(l.qkv, UploadGroup({&lw.q, &lw.k, &lw.v}));
+    DQ_ASSIGN_OR_RETURN(l.gate_up, UploadGroup({&lw.gate, &lw.up}));
+    DQ_ASSIGN_OR_RETURN(l.o, UploadLinear(lw.o));
+    DQ_ASSIGN_OR_RETURN(l.down, UploadLinear(lw.down));
+    stats_.fused_qkv_layers += l.qkv.size() == 1;
+    stats_.fused_gate_up_layers += l.gate_up.size() == 1;
+    stats_.weight_bytes +=
+        Bytes(l.qkv) + Bytes(l.gate_up) + l.o.device_bytes() + l.down.device_bytes();
+    layers_.push_back(std::move(l));
+  }
+  DQ_ASSIGN_OR_RETURN(embedding_, UploadEmbedding(w.embedding));
+  DQ_ASSIGN_OR_RETURN(lm_head_, UploadLinear(w.lm_head));
+  final_norm_ = Floats(w.final_norm);
+  inv_freq_ = Floats(cpu::RopeInverseFrequencies(config_.head_dim, config_.rope_theta));
+  stats_.weight_bytes += embedding_.bytes() + lm_head_.device_bytes();
+  stats_.kv_cache_bytes = kv_->bytes();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CudaDecoderModel>> CudaDecoderModel::Create(
+    const DecoderModel& cpu, std::shared_ptr<DeviceKvCache> kv, const CudaBackendOptions& options) {
+  CUDA_CHECK(cudaSetDevice(options.device));
+  std::unique_ptr<CudaDecoderModel> m(new CudaDecoderModel());
+  m->config_ = cpu.config();
+  m->options_ = options;
+  m->kv_ = std::move(kv);
+  DQ_RETURN_IF_ERROR(m->Upload(cpu));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&m->stream_, cudaStreamNonBlocking));
+  m->linear_ = std::make_unique<LinearContext>();
+  const ModelConfig& c = m->config_;
+  const int64_t max_in = std::max<int64_t>(c.intermediate_size, std::max(c.hidden_size, c.q_dim()));
+  const int64_t max_out = std::max<int64_t>(2 * c.intermediate_size, c.q_dim() + 2 * c.kv_dim());
+  m->linear_->Reserve(options.max_batch_tokens, max_in, max_out);
+  auto& b = *(m->buf_ = std::make_unique<Buffers>());
+  b.cap_tokens = options.max_batch_tokens;
+  b.cap_seqs = kMaxSeqs;
+  b.cap_rows = kMaxLogitRows;
+  b.max_blocks = (c.max_context + m->kv_->options().block_size - 1) / m->kv_->options().block_size;
+  b.ids = 0;
+  b.positions = b.cap_tokens;
+  b.slots = 2 * b.cap_tokens;
+  b.cu_seqlens = 3 * b.cap_tokens;
+  b.prefix = b.cu_seqlens + b.cap_seqs + 1;
+  b.ctx = b.prefix + b.cap_seqs;
+  b.tables = b.ctx + b.cap_seqs;
+  b.meta_ints = b.tables + b.cap_seqs * b.max_blocks;
+  b.meta = DeviceBuffer(b.meta_ints * 4);
+  CUDA_CHECK(cudaMallocHost(&b.host_meta, b.meta_ints * 4));
+  const int64_t T = b.cap_tokens;
+  b.x = DeviceBuffer(T * c.hidden_size * 4);
+  b.h = DeviceBuffer(T * std::max<int64_t>(c.hidden_size, c.intermediate_size) * 2);
+  b.qkv = DeviceBuffer(T * (c.q_dim() + 2 * c.kv_dim()) * 2);
+  b.attn = DeviceBuffer(T * c.q_dim() * 2);
+  b.gu = DeviceBuffer(T * 2 * c.intermediate_size * 2);
+  b.rows = DeviceBuffer(b.cap_rows * c.hidden_size * 4);
+  b.rows_h = DeviceBuffer(b.cap_rows * c.hidden_size * 2);
+  b.logits = DeviceBuffer(b.cap_rows * static_cast<int64_t>(c.vocab_size) * 4);
+  b.decode_ws = DeviceBuffer(DecodeAttentionWorkspaceBytes(
+      std::max(options.max_graph_batch, kMaxDecodeSeqs), c.num_heads, c.head_dim, c.max_context));
+  spdlog::info(
+      "cuda model: {:.1f} MiB of weights, {:.1f} MiB of KV cache, fused qkv in {}/{} "
+      "layers, gate|up in {}/{}",
+      m->stats_.weight_bytes / 1048576.0, m->stats_.kv_cache_bytes / 1048576.0,
+      m->stats_.fused_qkv_layers, c.num_layers, m->stats_.fused_gate_up_layers, c.num_layers);
+  return m;
+}
+
+}  // namespace dq::cuda

@@ -1,0 +1,104 @@
+// The decoder forward pass on the GPU: the same graph as the CPU's DecoderModel (llama, qwen3),
+// with bf16 activations, an fp32 residual stream, a paged bf16 KV cache in the pool's layout,
+// each linear layer in its stored format (linear.h), and the decode step captured in a CUDA
+// graph per batch size. CudaBackendFactory plugs it into ModelRunner.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "engine/cuda/device_buffer.h"
+#include "engine/cuda/kv_cache.h"
+#include "engine/cuda/linear.h"
+#include "engine/model/decoder_model.h"
+#include "engine/model/model_runner.h"
+
+namespace dq::cuda {
+
+struct CudaBackendOptions {
+  int device = 0;
+  // Largest number of tokens in one forward pass (prefill chunks); larger batches are split
+  // by the caller (the prefill worker's token budget) or fail with a clear error.
+  int max_batch_tokens = 8192;
+  // Largest decode batch captured as a CUDA graph; bigger decode batches run uncaptured.
+  int max_graph_batch = 8;
+  bool use_graphs = true;
+};
+
+// The device KV cache both phases share: per layer, K and V regions in the pool's layout.
+class DeviceKvCache {
+ public:
+  explicit DeviceKvCache(const KvCacheOptions& kv);
+  KvCacheLayer layer(int l) const;
+  const KvCacheOptions& options() const { return kv_; }
+  int64_t bytes() const { return 2 * static_cast<int64_t>(k_.bytes()); }
+
+ private:
+  KvCacheOptions kv_;
+  DeviceBuffer k_, v_;  // [layers][blocks][block_size][kv_heads][head_dim] bf16
+};
+
+// Device bytes of one phase's weights (for reports).
+struct CudaModelStats {
+  int64_t weight_bytes = 0;
+  int64_t kv_cache_bytes = 0;
+  int fused_qkv_layers = 0;
+  int fused_gate_up_layers = 0;
+};
+
+class CudaDecoderModel : public ForwardModel {
+ public:
+  // Uploads `cpu`'s weights. The model keeps `kv` (shared with the other phase's model).
+  static absl::StatusOr<std::unique_ptr<CudaDecoderModel>> Create(
+      const DecoderModel& cpu, std::shared_ptr<DeviceKvCache> kv,
+      const CudaBackendOptions& options);
+  ~CudaDecoderModel() override;
+
+  const ModelConfig& config() const override { return config_; }
+  std::string_view backend() const override { return "cuda"; }
+  absl::Status Forward(const Batch& batch, KvBlockPool& pool, ThreadPool& threads,
+                       BatchLogits* logits, const ForwardHooks& hooks) const override;
+  const CudaModelStats& stats() const { return stats_; }
+
+  struct Layer;
+  struct Plan;
+  struct Buffers;
+
+ private:
+  CudaDecoderModel() = default;
+  absl::Status Upload(const DecoderModel& cpu);
+  void EnqueueLayers(const Plan& plan, const ForwardHooks* hooks) const;
+  // Projects the wanted rows to logits; with `host_out`, copies each chunk back as it is done.
+  void EnqueueLogits(const Plan& plan, float* host_out) const;
+  void RunDecodeGraph(const Plan& plan) const;
+
+  ModelConfig config_;
+  CudaBackendOptions options_;
+  std::shared_ptr<DeviceKvCache> kv_;
+  std::vector<Layer> layers_;
+  DeviceBuffer embedding_;  // bf16 [vocab, hidden]
+  DeviceBuffer final_norm_;
+  DeviceLinear lm_head_;
+  DeviceBuffer inv_freq_;
+  CudaModelStats stats_;
+
+  // Forward state: one stream, scratch buffers and captured graphs. Forward is serialized.
+  mutable std::mutex mu_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<LinearContext> linear_;
+  std::unique_ptr<Buffers> buf_;
+  mutable std::map<int, cudaGraphExec_t> graphs_;  // by decode batch size
+};
+
+// Decode batches up to this size use the paged decode-attention kernel; larger ones the
+// (variable-length) prefill kernel.
+inline constexpr int kMaxDecodeSeqs = 64;
+
+// A ModelRunner backend: both phases on the GPU sharing one device KV cache.
+BackendFactory CudaBackendFactory(const CudaBackendOptions& options = {});
+
+}  // namespace dq::cuda

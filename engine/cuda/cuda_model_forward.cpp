@@ -1,0 +1,274 @@
+// CudaDecoderModel's forward pass: planning on the host, enqueueing the layers, logits, and the
+// decode step's CUDA graphs.
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "engine/cuda/attention_decode.h"
+#include "engine/cuda/attention_prefill.h"
+#include "engine/cuda/cuda_model.h"
+#include "engine/cuda/cuda_model_internal.h"
+#include "engine/cuda/elementwise.h"
+#include "engine/cuda/norm.h"
+#include "engine/cuda/rope.h"
+
+namespace dq::cuda {
+namespace {
+
+absl::Status CheckBatch(const Batch& batch, const KvBlockPool& pool, const ModelConfig& c,
+                        int64_t cap_tokens, int cap_seqs) {
+  if (batch.items.empty()) return absl::InvalidArgumentError("empty batch");
+  if (batch.num_tokens() > cap_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch of ", batch.num_tokens(), " tokens exceeds the CUDA backend's max_batch_tokens (",
+        cap_tokens, "); split the prompt into chunks"));
+  }
+  if (static_cast<int>(batch.items.size()) > cap_seqs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("more than ", cap_seqs, " sequences in a batch"));
+  }
+  for (const BatchItem& it : batch.items) {
+    const int64_t end = it.kv->num_tokens + static_cast<int64_t>(it.tokens.size());
+    if (it.tokens.empty()) return absl::InvalidArgumentError("a batch item has no tokens");
+    if (end > c.max_context) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("position ", end - 1, " is beyond the context (", c.max_context, ")"));
+    }
+    if (static_cast<int64_t>(it.kv->blocks.size()) * pool.block_size() < end) {
+      return absl::FailedPreconditionError("a sequence has no KV blocks for its new tokens");
+    }
+    for (int32_t t : it.tokens) {
+      if (t < 0 || t >= c.vocab_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("token id ", t, " is not in [0, ", c.vocab_size, ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CudaDecoderModel::Forward(const Batch& batch, KvBlockPool& pool, ThreadPool&,
+                                       BatchLogits* logits, const ForwardHooks& hooks) const {
+  std::lock_guard lock(mu_);
+  Buffers& b = *buf_;
+  DQ_RETURN_IF_ERROR(CheckBatch(batch, pool, config_, b.cap_tokens, static_cast<int>(b.cap_seqs)));
+  const int bs = pool.block_size();
+  Plan plan;
+  plan.seqs = static_cast<int>(batch.items.size());
+  plan.tokens = batch.num_tokens();
+  plan.decode = true;
+  int32_t* m = b.host_meta;
+  std::fill(m + b.tables, m + b.tables + plan.seqs * b.max_blocks, 0);
+  int64_t t = 0;
+  m[b.cu_seqlens] = 0;
+  for (int s = 0; s < plan.seqs; ++s) {
+    const BatchItem& it = batch.items[s];
+    const int n0 = it.kv->num_tokens, n = static_cast<int>(it.tokens.size());
+    plan.decode = plan.decode && n == 1 && !it.all_logits && plan.seqs <= kMaxDecodeSeqs;
+    plan.max_q_len = std::max(plan.max_q_len, n);
+    plan.logit_rows.push_back({it.all_logits ? t : t + n - 1, it.all_logits ? n : 1});
+    plan.num_logit_rows += plan.logit_rows.back().second;
+    for (int j = 0; j < n; ++j, ++t) {
+      const int pos = n0 + j;
+      m[b.ids + t] = it.tokens[j];
+      m[b.positions + t] = pos;
+      m[b.slots + t] = it.kv->blocks[pos / bs] * bs + pos % bs;
+    }
+    m[b.cu_seqlens + s + 1] = static_cast<int32_t>(t);
+    m[b.prefix + s] = n0;
+    m[b.ctx + s] = n0 + n;
+    const int nb = std::min<int>(static_cast<int>(it.kv->blocks.size()), b.max_blocks);
+    std::copy_n(it.kv->blocks.begin(), nb, m + b.tables + s * b.max_blocks);
+  }
+  // Only the used part of each array travels (the block tables' region is large).
+  auto upload = [&](int64_t off, int64_t n) {
+    CUDA_CHECK(cudaMemcpyAsync(b.dev(off), m + off, n * 4, cudaMemcpyHostToDevice, stream_));
+  };
+  upload(b.ids, plan.tokens);
+  upload(b.positions, plan.tokens);
+  upload(b.slots, plan.tokens);
+  upload(b.cu_seqlens, b.tables - b.cu_seqlens);  // cu_seqlens, prefix, ctx: a few KiB
+  upload(b.tables, plan.seqs * b.max_blocks);
+  logits->vocab = config_.vocab_size;
+  logits->values.resize(plan.num_logit_rows * static_cast<int64_t>(config_.vocab_size));
+  logits->item_first_row.clear();
+  int64_t row = 0;
+  for (const auto& r : plan.logit_rows) {
+    logits->item_first_row.push_back(row);
+    row += r.second;
+  }
+  const bool graph = plan.decode && options_.use_graphs && plan.seqs <= options_.max_graph_batch;
+  if (graph) {
+    RunDecodeGraph(plan);
+    CUDA_CHECK(cudaMemcpyAsync(logits->values.data(), b.logits.get(), logits->values.size() * 4,
+                               cudaMemcpyDeviceToHost, stream_));
+  } else {
+    EnqueueLayers(plan, &hooks);
+    EnqueueLogits(plan, logits->values.data());
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  for (const BatchItem& it : batch.items) it.kv->num_tokens += static_cast<int>(it.tokens.size());
+  return absl::OkStatus();
+}
+
+void CudaDecoderModel::EnqueueLayers(const Plan& plan, const ForwardHooks* hooks) const {
+  const ModelConfig& c = config_;
+  const Buffers& b = *buf_;
+  const int64_t T = plan.tokens;
+  const int64_t qkv_w = c.q_dim() + 2 * c.kv_dim();
+  EmbeddingForward(
+      {embedding_.get<__nv_bfloat16>(), b.dev(b.ids), b.x.get<float>(), T, c.hidden_size}, stream_);
+  auto* h = b.h.get<__nv_bfloat16>();
+  auto* qkv = b.qkv.get<__nv_bfloat16>();
+  auto* gu = b.gu.get<__nv_bfloat16>();
+  for (int l = 0; l < c.num_layers; ++l) {
+    const Layer& L = layers_[l];
+    const KvCacheLayer cache = kv_->layer(l);
+    RmsNormForward({b.x.get<float>(), nullptr, nullptr, nullptr, L.attn_norm.get<float>(), h, T,
+                    c.hidden_size, c.rms_norm_eps},
+                   stream_);
+    // Fused: one [T, q|k|v] output. Separate: q, k, v each dense, one after another.
+    const bool fused = L.qkv.size() == 1;
+    __nv_bfloat16* q = qkv;
+    __nv_bfloat16* k = fused ? qkv + c.q_dim() : qkv + T * c.q_dim();
+    __nv_bfloat16* v = fused ? k + c.kv_dim() : k + T * c.kv_dim();
+    __nv_bfloat16* outs[3] = {q, k, v};
+    for (size_t i = 0; i < L.qkv.size(); ++i) {
+      LinearForward(L.qkv[i], {h, T, outs[i], nullptr}, *linear_, stream_);
+    }
+    QkNormRopeArgs r;
+    r.q = q;
+    r.k = k;
+    r.v = v;
+    r.q_stride = fused ? qkv_w : c.q_dim();
+    r.k_stride = r.v_stride = fused ? qkv_w : c.kv_dim();
+    r.q_norm_weight = c.qk_norm ? L.q_norm.get<float>() : nullptr;
+    r.k_norm_weight = c.qk_norm ? L.k_norm.get<float>() : nullptr;
+    r.positions = b.dev(b.positions);
+    r.inv_freq = inv_freq_.get<float>();
+    r.slot_mapping = b.dev(b.slots);
+    r.tokens = T;
+    r.num_heads = c.num_heads;
+    r.num_kv_heads = c.num_kv_heads;
+    r.head_dim = c.head_dim;
+    r.eps = c.rms_norm_eps;
+    r.style = c.rope_style;
+    QkNormRopeForward(r, cache, stream_);
+    if (hooks && hooks->on_layer_kv_written) hooks->on_layer_kv_written(l);
+    auto* attn = b.attn.get<__nv_bfloat16>();
+    if (plan.decode) {
+      DecodeAttentionArgs a;
+      a.q = q;
+      a.q_stride = r.q_stride;
+      a.out = attn;
+      a.block_tables = b.dev(b.tables);
+      a.max_blocks_per_seq = b.max_blocks;
+      a.context_lens = b.dev(b.ctx);
+      a.num_seqs = plan.seqs;
+      a.num_heads = c.num_heads;
+      a.max_context = c.max_context;
+      a.workspace = b.decode_ws.get();
+      a.workspace_bytes = b.decode_ws.bytes();
+      DecodeAttentionForward(a, cache, stream_);
+    } else {
+      PrefillAttentionArgs a;
+      a.q = q;
+      a.q_stride = r.q_stride;
+      a.out = attn;
+      a.cu_seqlens = b.dev(b.cu_seqlens);
+      a.prefix_lens = b.dev(b.prefix);
+      a.block_tables = b.dev(b.tables);
+      a.max_blocks_per_seq = b.max_blocks;
+      a.num_seqs = plan.seqs;
+      a.num_heads = c.num_heads;
+      a.max_q_len = plan.max_q_len;
+      PrefillAttentionForward(a, cache, stream_);
+    }
+    LinearForward(L.o, {attn, T, nullptr, b.x.get<float>()}, *linear_, stream_);
+    RmsNormForward({b.x.get<float>(), nullptr, nullptr, nullptr, L.ffn_norm.get<float>(), h, T,
+                    c.hidden_size, c.rms_norm_eps},
+                   stream_);
+    const bool gu_fused = L.gate_up.size() == 1;
+    const int64_t I = c.intermediate_size;
+    __nv_bfloat16* gate = gu;
+    __nv_bfloat16* up = gu_fused ? gu + I : gu + T * I;
+    __nv_bfloat16* gu_outs[2] = {gate, up};
+    for (size_t i = 0; i < L.gate_up.size(); ++i) {
+      LinearForward(L.gate_up[i], {h, T, gu_outs[i], nullptr}, *linear_, stream_);
+    }
+    SwiGluForward({gate, up, gu_fused ? 2 * I : I, h, T, static_cast<int>(I)}, stream_);
+    LinearForward(L.down, {h, T, nullptr, b.x.get<float>()}, *linear_, stream_);
+  }
+}
+
+void CudaDecoderModel::EnqueueLogits(const Plan& plan, float* host_out) const {
+  const ModelConfig& c = config_;
+  const Buffers& b = *buf_;
+  const int64_t hidden = c.hidden_size, vocab = c.vocab_size;
+  // Rows to project, flattened in item order; processed cap_rows at a time.
+  std::vector<int64_t> rows;
+  for (const auto& [first, n] : plan.logit_rows) {
+    for (int64_t i = 0; i < n; ++i) rows.push_back(first + i);
+  }
+  for (size_t at = 0; at < rows.size(); at += b.cap_rows) {
+    const int64_t n = std::min<int64_t>(b.cap_rows, static_cast<int64_t>(rows.size() - at));
+    // Gather runs of consecutive rows with one copy each.
+    for (int64_t i = 0; i < n;) {
+      int64_t j = i + 1;
+      while (j < n && rows[at + j] == rows[at + j - 1] + 1) ++j;
+      CUDA_CHECK(cudaMemcpyAsync(b.rows.get<float>() + i * hidden,
+                                 b.x.get<float>() + rows[at + i] * hidden, (j - i) * hidden * 4,
+                                 cudaMemcpyDeviceToDevice, stream_));
+      i = j;
+    }
+    RmsNormForward({b.rows.get<float>(), nullptr, nullptr, nullptr, final_norm_.get<float>(),
+                    b.rows_h.get<__nv_bfloat16>(), n, c.hidden_size, c.rms_norm_eps},
+                   stream_);
+    CUDA_CHECK(cudaMemsetAsync(b.logits.get(), 0, n * vocab * 4, stream_));
+    LinearForward(lm_head_, {b.rows_h.get<__nv_bfloat16>(), n, nullptr, b.logits.get<float>()},
+                  *linear_, stream_);
+    if (host_out != nullptr) {  // null while capturing a graph (the caller copies after)
+      CUDA_CHECK(cudaMemcpyAsync(host_out + at * vocab, b.logits.get(), n * vocab * 4,
+                                 cudaMemcpyDeviceToHost, stream_));
+    }
+  }
+}
+
+void CudaDecoderModel::RunDecodeGraph(const Plan& plan) const {
+  auto it = graphs_.find(plan.seqs);
+  if (it == graphs_.end()) {
+    // The graph bakes in this batch size and the buffers' addresses; what changes between
+    // steps (token ids, positions, slots, block tables, context lengths) is read from `meta`,
+    // which the host refreshes before each launch.
+    cudaGraph_t g;
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    EnqueueLayers(plan, nullptr);
+    EnqueueLogits(plan, nullptr);
+    CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
+    cudaGraphExec_t exec;
+    CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+    CUDA_CHECK(cudaGraphDestroy(g));
+    it = graphs_.emplace(plan.seqs, exec).first;
+  }
+  CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+}
+
+BackendFactory CudaBackendFactory(const CudaBackendOptions& options) {
+  return [options](const DecoderModel& prefill, const DecoderModel& decode,
+                   const KvCacheOptions& kv) -> absl::StatusOr<BackendModels> {
+    CUDA_CHECK(cudaSetDevice(options.device));
+    auto cache = std::make_shared<DeviceKvCache>(kv);
+    BackendModels models;
+    DQ_ASSIGN_OR_RETURN(models.decode, CudaDecoderModel::Create(decode, cache, options));
+    if (&prefill == &decode) {
+      models.prefill = models.decode;
+    } else {
+      DQ_ASSIGN_OR_RETURN(models.prefill, CudaDecoderModel::Create(prefill, cache, options));
+    }
+    return models;
+  };
+}
+
+}  // namespace dq::cuda

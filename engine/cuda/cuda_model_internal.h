@@ -1,0 +1,42 @@
+// CudaDecoderModel's private parts, shared by its two source files (upload and forward).
+#pragma once
+
+#include <utility>
+#include <vector>
+
+#include "engine/cuda/cuda_model.h"
+
+namespace dq::cuda {
+
+struct CudaDecoderModel::Layer {
+  DeviceBuffer attn_norm, ffn_norm, q_norm, k_norm;
+  std::vector<DeviceLinear> qkv;      // one fused matrix, or q, k, v
+  std::vector<DeviceLinear> gate_up;  // one fused matrix, or gate, up
+  DeviceLinear o, down;
+};
+
+// What one forward pass needs on the host: the batch flattened into the kernels' inputs.
+struct CudaDecoderModel::Plan {
+  int64_t tokens = 0;
+  int seqs = 0;
+  bool decode = false;  // every item has exactly one new token
+  int max_q_len = 0;
+  // Rows whose logits are wanted: per item, its first such token and how many.
+  std::vector<std::pair<int64_t, int64_t>> logit_rows;
+  int64_t num_logit_rows = 0;
+  std::vector<int32_t> meta;  // the device metadata image (see Buffers offsets)
+};
+
+// Device scratch, sized once for the largest pass; fixed addresses so graphs can replay.
+struct CudaDecoderModel::Buffers {
+  int64_t cap_tokens = 0, cap_seqs = 0, cap_rows = 0;
+  int max_blocks = 0;
+  // Offsets (in int32s) of each array inside `meta`.
+  int64_t ids = 0, positions = 0, slots = 0, cu_seqlens = 0, prefix = 0, tables = 0, ctx = 0;
+  int64_t meta_ints = 0;
+  DeviceBuffer meta, x, h, qkv, attn, gu, rows, rows_h, logits, decode_ws;
+  int32_t* host_meta = nullptr;  // pinned
+  int32_t* dev(int64_t off) const { return meta.get<int32_t>() + off; }
+};
+
+}  // namespace dq::cuda
