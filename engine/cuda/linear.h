@@ -8,6 +8,18 @@
 // reproducing the CPU reference's numerics (global scales in the epilogue); weight-only formats
 // (intN, nvfp4a16, lutN, GGUF blocks) → the weight_only.h kernels for small m (decode), and a
 // dequantize-to-bf16 + cuBLASLt path for large m (prefill on decode weights).
+//
+// Numerics against the CPU reference (engine/cpu/cpu_ops.cpp MatMul): every quantized operand
+// (fp8 and nvfp4 weights, their activations) equals the CPU's exactly; products are exact on
+// the tensor cores and accumulate in fp32 in another order, and the bf16 output is one more
+// rounding. Plain F32/F16 weights are rounded to bf16 at upload (bf16 ones are used as stored).
+//
+// NVFP4 W4A4 on Hopper (no FP4 tensor cores): each forward unpacks the packed weights into a
+// bf16 scratch matrix (E2M1 x block scale, exact) and runs a bf16 GEMM with the global scales as
+// alpha (static activation scale) or in a per-token epilogue (dynamic). Keeping the layer
+// packed costs one pass over 0.56 + 2 bytes per weight per call (small beside the GEMM from
+// m ~ 1K tokens) and keeps the device footprint at NVFP4's 0.56 bytes per weight instead of 2.
+// A Blackwell block-scaled FP4 path (CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3) is not built.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -68,8 +80,15 @@ class LinearContext {
   LinearContext& operator=(const LinearContext&) = delete;
 
   // Preallocates scratch for layers up to [max_m, max_in] x [max_out] so that later forwards
-  // (and CUDA graph capture) never allocate.
+  // (and CUDA graph capture) never allocate: quantized activations (2 * max_m * max_in bytes),
+  // one unpacked bf16 weight (2 * max_out * max_in; used by nvfp4 and weight-only prefill only,
+  // so max_out may leave out bf16 layers such as lm_head), and an fp32 epilogue tile of at most
+  // 64 MiB. A forward that needs more outside capture grows the buffer; inside, it aborts.
   void Reserve(int64_t max_m, int64_t max_in, int64_t max_out);
+
+  // Tests: route fp8 through the fp32-output GEMM + scale epilogue even where cuBLASLt's
+  // outer-vector scaling is available (both paths must agree with the CPU reference).
+  void ForceScaleEpilogueForTesting(bool on);
 
   struct Impl;
   Impl& impl() { return *impl_; }

@@ -24,8 +24,8 @@ enum class WeightOnlyFormat { kNone, kInt, kNvfp4, kLut, kGguf };
 // for coalesced loads); only the functions below read them.
 struct WeightOnlyWeights {
   WeightOnlyFormat format = WeightOnlyFormat::kNone;
-  int bits = 0;        // kInt / kLut
-  int group_size = 0;  // kInt
+  int bits = 0;                   // kInt / kLut
+  int group_size = 0;             // kInt
   DType gguf_type = DType::kF32;  // kGguf
   int64_t out_features = 0;
   int64_t in_features = 0;
@@ -44,15 +44,23 @@ bool SupportsWeightOnly(const LinearWeight& w);
 absl::StatusOr<WeightOnlyWeights> UploadWeightOnly(const LinearWeight& w);
 
 struct WeightOnlyGemvArgs {
-  const __nv_bfloat16* x = nullptr;  // [m, in]
-  int m = 1;                          // 1..8
-  __nv_bfloat16* y_bf16 = nullptr;    // [m, out] overwritten, or
-  float* y_accumulate = nullptr;      // [m, out] fp32 accumulated into
+  const __nv_bfloat16* x = nullptr;  // [m, in], 16-byte aligned
+  int m = 1;                         // 1..8
+  __nv_bfloat16* y_bf16 = nullptr;   // [m, out] overwritten, or
+  float* y_accumulate = nullptr;     // [m, out] fp32 accumulated into
 };
 
-// y = x · Wᵀ for m <= 8 rows (decode batches).
+// y = x · Wᵀ for m <= 8 rows (decode batches). Each weight byte is read once and reused for
+// all m rows; the kernel is launched with programmatic dependent launch (it loads its first
+// weights before waiting on the previous kernel in the stream, and reads x / writes y only
+// after that wait). Aborts on m outside 1..8 or not exactly one output.
 void WeightOnlyGemv(const WeightOnlyWeights& w, const WeightOnlyGemvArgs& args,
                     cudaStream_t stream);
+
+// The same kernel on a plain bf16 [out, in] device matrix (lm_head, bf16 decode baseline);
+// in_features % 8 == 0, weight 16-byte aligned.
+void Bf16Gemv(const __nv_bfloat16* weight, int64_t out_features, int64_t in_features,
+              const WeightOnlyGemvArgs& args, cudaStream_t stream);
 
 // Writes the whole matrix dequantized, bf16 [out, in] row-major (prefill on weight-only weights
 // runs a bf16 GEMM on this).

@@ -8,6 +8,9 @@
 #include "engine/model/model_loader.h"
 #include "engine/model/model_runner.h"
 #include "engine/quant/weight_codec.h"
+#ifdef DQ_HAVE_CUDA
+#include "engine/cuda/cuda_model.h"
+#endif
 
 namespace dq::cli {
 namespace {
@@ -22,6 +25,7 @@ struct GenerateOptions {
   bool interactive = false;
   bool no_think = false;
   int threads = 0;
+  std::string device = "cpu";
   SamplingParams sampling;
 };
 
@@ -107,6 +111,17 @@ absl::Status RunGenerate(const GenerateOptions& o) {
   DQ_ASSIGN_OR_RETURN(ComputeMode decode_mode, ParseComputeMode(o.decode_compute));
   ModelRunnerOptions ro;
   ro.threads = o.threads;
+  if (o.device == "cuda") {
+#ifdef DQ_HAVE_CUDA
+    ro.backend = cuda::CudaBackendFactory();
+#else
+    return absl::InvalidArgumentError(
+        "this dqserve was built without CUDA; build with the release-cuda preset for --device "
+        "cuda");
+#endif
+  } else if (o.device != "cpu") {
+    return absl::InvalidArgumentError("--device must be cpu or cuda");
+  }
   DQ_ASSIGN_OR_RETURN(
       auto runner,
       ModelRunner::Create(PhaseWeights{pm.checkpoint.get(), &pm.config, prefill_mode},
@@ -148,6 +163,7 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   cmd->add_option("--seed", o->sampling.seed, "random seed for sampling");
   cmd->add_option("--stop", o->sampling.stop, "stop string (repeatable)");
   cmd->add_option("--threads", o->threads, "CPU threads (default: all)");
+  cmd->add_option("--device", o->device, "cpu (default) or cuda");
   cmd->callback([o, exit_code] {
     const absl::Status s = RunGenerate(*o);
     if (!s.ok()) {
