@@ -9,6 +9,13 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh release
 scripts/check-format.sh
 ctest --preset release -j "$(nproc)" "$@"
+# The CUDA backend must compile wherever the toolkit is (CI has nvcc but no GPU); its tests run
+# on the GPU machine (tests/gpu/run.sh).
+if [ -x /usr/local/cuda/bin/nvcc ] && [ "${DQ_SKIP_CUDA_BUILD:-0}" != 1 ]; then
+  echo "test: compiling the CUDA backend (release-cuda preset)"
+  cmake --preset release-cuda >/dev/null
+  cmake --build --preset release-cuda --target dq_engine_cuda dq_gpu_tests dq-bench-gpu dqserve
+fi
 if [ "${DQ_SANITIZERS:-0}" = "1" ]; then
   echo "test: unit tests under ASan + UBSan (dev preset)"
   cmake --preset dev >/dev/null
