@@ -1,0 +1,244 @@
+#include <cassert>
+#include <cmath>
+
+#include "engine/cuda/attention_prefill.h"
+#include "engine/cuda/cuda_check.h"
+
+namespace dq::cuda {
+namespace {
+
+constexpr int kBlockM = 128;  // query rows per block: 8 warps x 16
+constexpr int kBlockN = 64;   // keys per tile
+constexpr int kWarps = kBlockM / 16;
+constexpr int kThreads = kWarps * 32;
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 16-byte async copy; src_bytes 0 fills zeros (rows past the sequence).
+__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n"); }
+__device__ __forceinline__ void CpAsyncWaitAll() { asm volatile("cp.async.wait_group 0;\n"); }
+
+__device__ __forceinline__ void Ldsm4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void Ldsm4T(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Shared-memory tiles are [rows][kHeadDim] bf16 with the 16-byte chunk index XOR-swizzled by
+// row % 8, so that ldmatrix's 8 rows at one logical chunk hit 8 different bank groups.
+template <int kHeadDim>
+__device__ __forceinline__ uint32_t TileAddr(uint32_t base, int row, int chunk) {
+  return base + (row * kHeadDim + ((chunk ^ (row & 7)) << 3)) * 2;
+}
+
+struct SeqTile {
+  int q_begin, new_len, prefix, m0, rows;
+};
+
+// Issues the cp.async loads of key/value tile `kt` (positions kt*64 + r) from the paged cache.
+template <int kHeadDim>
+__device__ __forceinline__ void LoadKvTile(uint32_t dst, const __nv_bfloat16* cache,
+                                           const KvCacheLayer& c, const int32_t* table, int kvh,
+                                           int kt, int ctx) {
+  constexpr int kChunks = kHeadDim / 8;
+  for (int i = threadIdx.x; i < kBlockN * kChunks; i += kThreads) {
+    const int r = i / kChunks, ch = i % kChunks;
+    const int pos = kt * kBlockN + r;
+    const bool valid = pos < ctx;
+    const int p = valid ? pos : 0;
+    const __nv_bfloat16* src =
+        cache +
+        (int64_t{table[p / c.block_size]} * c.block_size + p % c.block_size) * c.token_stride() +
+        kvh * kHeadDim + ch * 8;
+    CpAsync16(TileAddr<kHeadDim>(dst, r, ch), src, valid);
+  }
+}
+
+template <int kHeadDim>
+__global__ void __launch_bounds__(kThreads, 1)
+    PrefillAttentionKernel(PrefillAttentionArgs a, KvCacheLayer c) {
+  constexpr int kChunks = kHeadDim / 8, kKSteps = kHeadDim / 16, kDTiles = kHeadDim / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int seq = blockIdx.z, h = blockIdx.y;
+  const int tile = gridDim.x - 1 - blockIdx.x;  // longest (latest) tiles first
+  const int q_begin = a.cu_seqlens[seq], new_len = a.cu_seqlens[seq + 1] - q_begin;
+  const int m0 = tile * kBlockM;
+  if (m0 >= new_len) return;
+  const int prefix = a.prefix_lens[seq];
+  const int rows = min(kBlockM, new_len - m0);
+  const int n_keys = prefix + m0 + rows;  // the last row's position + 1
+  const int n_tiles = (n_keys + kBlockN - 1) / kBlockN;
+  const int kvh = h / (a.num_heads / c.num_kv_heads);
+  const int32_t* table = a.block_tables + int64_t{seq} * a.max_blocks_per_seq;
+  const uint32_t q_s = SmemAddr(smem);
+  const uint32_t k_s = q_s + kBlockM * kHeadDim * 2, v_s = k_s + kBlockN * kHeadDim * 2;
+  for (int i = threadIdx.x; i < kBlockM * kChunks; i += kThreads) {
+    const int r = i / kChunks, ch = i % kChunks;
+    const bool valid = r < rows;
+    const __nv_bfloat16* src =
+        a.q + int64_t{q_begin + m0 + (valid ? r : 0)} * a.q_stride + h * kHeadDim + ch * 8;
+    CpAsync16(TileAddr<kHeadDim>(q_s, r, ch), src, valid);
+  }
+  LoadKvTile<kHeadDim>(k_s, c.k, c, table, kvh, 0, n_keys);
+  CpAsyncCommit();
+  CpAsyncWaitAll();
+  __syncthreads();
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  uint32_t qf[kKSteps][4];
+#pragma unroll
+  for (int kk = 0; kk < kKSteps; ++kk) {
+    Ldsm4(qf[kk], TileAddr<kHeadDim>(q_s, warp * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+  }
+  float o[kDTiles][4] = {};
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+  const float scale_log2 = a.scale * kLog2e;
+  const int pos0 = prefix + m0 + warp * 16 + g;  // positions of this thread's rows: +0, +8
+
+  for (int j = 0; j < n_tiles; ++j) {
+    LoadKvTile<kHeadDim>(v_s, c.v, c, table, kvh, j, n_keys);
+    CpAsyncCommit();
+    float s[kBlockN / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) {
+#pragma unroll
+      for (int np = 0; np < kBlockN / 16; ++np) {
+        uint32_t b[4];
+        Ldsm4(b, TileAddr<kHeadDim>(k_s, np * 16 + (lane & 7) + ((lane >> 4) << 3),
+                                    kk * 2 + ((lane >> 3) & 1)));
+        Mma(s[2 * np], qf[kk], b[0], b[1]);
+        Mma(s[2 * np + 1], qf[kk], b[2], b[3]);
+      }
+    }
+    // Causal mask (also masks keys past the context: they are past every real row).
+    const bool needs_mask = (j + 1) * kBlockN - 1 > prefix + m0 + warp * 16;
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < kBlockN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = j * kBlockN + nt * 8 + 2 * t + (e & 1);
+        float v = s[nt][e] * scale_log2;
+        if (needs_mask && key > pos0 + (e >> 1) * 8) v = -INFINITY;
+        s[nt][e] = v;
+        tile_max[e >> 1] = fmaxf(tile_max[e >> 1], v);
+      }
+    }
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+      const float m_new = fmaxf(row_max[r], tile_max[r]);  // finite: tile 0 holds key 0
+      alpha[r] = exp2f(row_max[r] - m_new);
+      row_max[r] = m_new;
+      row_sum[r] *= alpha[r];
+    }
+    uint32_t pf[kBlockN / 16][4];
+#pragma unroll
+    for (int nt = 0; nt < kBlockN / 8; ++nt) {
+      const float p0 = exp2f(s[nt][0] - row_max[0]), p1 = exp2f(s[nt][1] - row_max[0]);
+      const float p2 = exp2f(s[nt][2] - row_max[1]), p3 = exp2f(s[nt][3] - row_max[1]);
+      row_sum[0] += p0 + p1;
+      row_sum[1] += p2 + p3;
+      pf[nt / 2][(nt & 1) * 2] = PackBf16(p0, p1);
+      pf[nt / 2][(nt & 1) * 2 + 1] = PackBf16(p2, p3);
+    }
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt) {
+      o[dt][0] *= alpha[0], o[dt][1] *= alpha[0], o[dt][2] *= alpha[1], o[dt][3] *= alpha[1];
+    }
+    CpAsyncWaitAll();
+    __syncthreads();  // V tile visible; every warp is done with the K tile
+    if (j + 1 < n_tiles) LoadKvTile<kHeadDim>(k_s, c.k, c, table, kvh, j + 1, n_keys);
+    CpAsyncCommit();
+#pragma unroll
+    for (int ks = 0; ks < kBlockN / 16; ++ks) {
+#pragma unroll
+      for (int dp = 0; dp < kHeadDim / 16; ++dp) {
+        uint32_t b[4];
+        Ldsm4T(b, TileAddr<kHeadDim>(v_s, ks * 16 + (lane & 7) + (((lane >> 3) & 1) << 3),
+                                     dp * 2 + (lane >> 4)));
+        Mma(o[2 * dp], pf[ks], b[0], b[1]);
+        Mma(o[2 * dp + 1], pf[ks], b[2], b[3]);
+      }
+    }
+    CpAsyncWaitAll();
+    __syncthreads();  // next K tile visible; every warp is done with the V tile
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
+    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
+    row_sum[r] = 1.0f / row_sum[r];
+  }
+  const int64_t out_stride = int64_t{a.num_heads} * kHeadDim;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = warp * 16 + g + r * 8;
+    if (row >= rows) continue;
+    __nv_bfloat16* dst = a.out + int64_t{q_begin + m0 + row} * out_stride + h * kHeadDim + 2 * t;
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt) {
+      *reinterpret_cast<__nv_bfloat162*>(dst + dt * 8) =
+          __floats2bfloat162_rn(o[dt][2 * r] * row_sum[r], o[dt][2 * r + 1] * row_sum[r]);
+    }
+  }
+}
+
+template <int kHeadDim>
+void Launch(const PrefillAttentionArgs& a, const KvCacheLayer& c, cudaStream_t stream) {
+  constexpr int kSmem = (kBlockM + 2 * kBlockN) * kHeadDim * 2;
+  // Not a stream operation, so it is allowed during graph capture.
+  CUDA_CHECK(cudaFuncSetAttribute(PrefillAttentionKernel<kHeadDim>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  const dim3 grid((a.max_q_len + kBlockM - 1) / kBlockM, a.num_heads, a.num_seqs);
+  PrefillAttentionKernel<kHeadDim><<<grid, kThreads, kSmem, stream>>>(a, c);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void PrefillAttentionForward(const PrefillAttentionArgs& args, const KvCacheLayer& cache,
+                             cudaStream_t stream) {
+  PrefillAttentionArgs a = args;
+  if (a.q_stride == 0) a.q_stride = int64_t{a.num_heads} * cache.head_dim;
+  if (a.scale == 0.0f) a.scale = 1.0f / std::sqrt(static_cast<float>(cache.head_dim));
+  assert(a.q && a.out && a.cu_seqlens && a.prefix_lens && a.block_tables);
+  assert(cache.num_kv_heads > 0 && a.num_heads % cache.num_kv_heads == 0);
+  assert(a.q_stride % 8 == 0);
+  if (a.num_seqs == 0 || a.max_q_len == 0) return;
+  switch (cache.head_dim) {  // the one place head_dim becomes a template parameter
+    case 64:
+      return Launch<64>(a, cache, stream);
+    case 128:
+      return Launch<128>(a, cache, stream);
+    default:
+      assert(false && "PrefillAttentionForward: head_dim must be 64 or 128");
+  }
+}
+
+}  // namespace dq::cuda

@@ -1,0 +1,118 @@
+#include <cassert>
+
+#include "engine/cuda/cuda_check.h"
+#include "engine/cuda/kernel_util.cuh"
+#include "engine/cuda/rope.h"
+
+namespace dq::cuda {
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+
+// One warp per (token, head): heads [0, nh) are queries, [nh, nh + nkv) keys, and, when the
+// cache is written, [nh + nkv, nh + 2 nkv) values (copied only). Lane l owns the rotation
+// pairs i = l + 32 j (j < kPairs); pair i is (i, i + d/2) or (2i, 2i + 1).
+template <int kHeadDim, bool kInterleaved>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    QkNormRopeKernel(QkNormRopeArgs a, KvCacheLayer cache) {
+  constexpr int kHalf = kHeadDim / 2, kPairs = kHalf / 32;
+  const int lane = threadIdx.x & 31;
+  const bool write_cache = a.slot_mapping != nullptr;
+  const int heads = a.num_heads + a.num_kv_heads * (write_cache ? 2 : 1);
+  const int64_t w = blockIdx.x * int64_t{kWarpsPerBlock} + (threadIdx.x >> 5);
+  if (w >= a.tokens * heads) return;
+  const int64_t t = w / heads;
+  const int h = static_cast<int>(w % heads);
+  const int32_t slot = write_cache ? a.slot_mapping[t] : -1;
+  if (h >= a.num_heads + a.num_kv_heads) {  // V: copy into the cache
+    if (slot < 0) return;
+    const int kvh = h - a.num_heads - a.num_kv_heads;
+    const __nv_bfloat16* src = a.v + t * a.v_stride + kvh * kHeadDim;
+    __nv_bfloat16* dst = cache.v + slot * cache.token_stride() + kvh * kHeadDim;
+    for (int i = lane; i < kHeadDim / 2; i += 32) {
+      reinterpret_cast<__nv_bfloat162*>(dst)[i] = reinterpret_cast<const __nv_bfloat162*>(src)[i];
+    }
+    return;
+  }
+  const bool is_q = h < a.num_heads;
+  const int hh = is_q ? h : h - a.num_heads;
+  __nv_bfloat16* x =
+      is_q ? a.q + t * a.q_stride + hh * kHeadDim : a.k + t * a.k_stride + hh * kHeadDim;
+  const float* nw = is_q ? a.q_norm_weight : a.k_norm_weight;
+  float x1[kPairs], x2[kPairs];
+#pragma unroll
+  for (int j = 0; j < kPairs; ++j) {
+    const int i = lane + 32 * j;
+    const int ia = kInterleaved ? 2 * i : i, ib = kInterleaved ? 2 * i + 1 : i + kHalf;
+    x1[j] = __bfloat162float(x[ia]);
+    x2[j] = __bfloat162float(x[ib]);
+  }
+  if (nw != nullptr) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kPairs; ++j) ss += x1[j] * x1[j] + x2[j] * x2[j];
+    ss = detail::WarpSum(ss);
+    const float inv = 1.0f / sqrtf(ss / static_cast<float>(kHeadDim) + a.eps);
+#pragma unroll
+    for (int j = 0; j < kPairs; ++j) {
+      const int i = lane + 32 * j;
+      const int ia = kInterleaved ? 2 * i : i, ib = kInterleaved ? 2 * i + 1 : i + kHalf;
+      x1[j] = nw[ia] * (x1[j] * inv);
+      x2[j] = nw[ib] * (x2[j] * inv);
+    }
+  }
+  const float pos = static_cast<float>(a.positions[t]);
+  __nv_bfloat16* dst =
+      (!is_q && slot >= 0) ? cache.k + slot * cache.token_stride() + hh * kHeadDim : nullptr;
+#pragma unroll
+  for (int j = 0; j < kPairs; ++j) {
+    const int i = lane + 32 * j;
+    const int ia = kInterleaved ? 2 * i : i, ib = kInterleaved ? 2 * i + 1 : i + kHalf;
+    float s, c;
+    sincosf(pos * a.inv_freq[i], &s, &c);
+    const __nv_bfloat16 ya = __float2bfloat16(x1[j] * c - x2[j] * s);
+    const __nv_bfloat16 yb = __float2bfloat16(x2[j] * c + x1[j] * s);
+    x[ia] = ya;
+    x[ib] = yb;
+    if (dst != nullptr) dst[ia] = ya, dst[ib] = yb;
+  }
+}
+
+template <int kHeadDim>
+void Launch(const QkNormRopeArgs& a, const KvCacheLayer& cache, cudaStream_t stream) {
+  const int heads = a.num_heads + a.num_kv_heads * (a.slot_mapping != nullptr ? 2 : 1);
+  const int64_t warps = a.tokens * heads;
+  const dim3 grid(static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock));
+  if (a.style == RopeStyle::kInterleaved) {
+    QkNormRopeKernel<kHeadDim, true><<<grid, kWarpsPerBlock * 32, 0, stream>>>(a, cache);
+  } else {
+    QkNormRopeKernel<kHeadDim, false><<<grid, kWarpsPerBlock * 32, 0, stream>>>(a, cache);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void QkNormRopeForward(const QkNormRopeArgs& args, const KvCacheLayer& cache, cudaStream_t stream) {
+  QkNormRopeArgs a = args;
+  if (a.q_stride == 0) a.q_stride = int64_t{a.num_heads} * a.head_dim;
+  if (a.k_stride == 0) a.k_stride = int64_t{a.num_kv_heads} * a.head_dim;
+  if (a.v_stride == 0) a.v_stride = int64_t{a.num_kv_heads} * a.head_dim;
+  assert(a.q != nullptr && a.k != nullptr && a.positions != nullptr && a.inv_freq != nullptr);
+  assert(a.slot_mapping == nullptr ||
+         (a.v != nullptr && cache.k != nullptr && cache.num_kv_heads == a.num_kv_heads &&
+          cache.head_dim == a.head_dim));
+  if (a.tokens == 0) return;
+  switch (a.head_dim) {  // the one place head_dim becomes a template parameter
+    case 64:
+      return Launch<64>(a, cache, stream);
+    case 128:
+      return Launch<128>(a, cache, stream);
+    case 256:
+      return Launch<256>(a, cache, stream);
+    default:
+      assert(false && "QkNormRopeForward: head_dim must be 64, 128 or 256");
+  }
+}
+
+}  // namespace dq::cuda
