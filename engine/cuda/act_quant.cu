@@ -1,0 +1,224 @@
+#include <cuda_fp16.h>
+
+#include <cfloat>
+#include <cstdio>
+#include <cstdlib>
+
+#include "engine/cuda/act_quant.h"
+#include "engine/cuda/cuda_check.h"
+
+namespace dq::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float FiniteAbs(float v) {
+  const float a = fabsf(v);
+  return a <= FLT_MAX ? a : 0.0f;  // NaN and inf are left out of every amax
+}
+
+// Max over the CTA; every thread gets the result. `smem` holds 32 floats.
+__device__ float BlockMax(float v, float* smem) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) smem[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < static_cast<int>(blockDim.x / 32) ? smem[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if (lane == 0) smem[0] = v;
+  }
+  __syncthreads();
+  return smem[0];
+}
+
+// Eight consecutive bf16 as floats; one 16-byte load when kVec.
+template <bool kVec>
+__device__ __forceinline__ void Load8(const __nv_bfloat16* p, float* f) {
+  if constexpr (kVec) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 t = __bfloat1622float2(h[i]);
+      f[2 * i] = t.x;
+      f[2 * i + 1] = t.y;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) f[i] = __bfloat162float(p[i]);
+  }
+}
+
+__device__ __forceinline__ uint8_t ToE4M3(float v) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+}
+
+__device__ __forceinline__ float FromE4M3(uint8_t code) {
+  const __half_raw h = __nv_cvt_fp8_to_halfraw(code, __NV_E4M3);
+  return __half2float(__half(h));
+}
+
+// Rows whose length is a multiple of 8 (kVec: 16-byte aligned input) go 8 values at a time;
+// others one by one (kVec false, chunk 1).
+template <bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    QuantizeFp8Kernel(const __nv_bfloat16* x, int64_t n, __nv_fp8_e4m3* q, float* scale) {
+  __shared__ float smem[32];
+  const __nv_bfloat16* row = x + blockIdx.x * n;
+  uint8_t* qrow = reinterpret_cast<uint8_t*>(q) + blockIdx.x * n;
+  constexpr int kChunk = kVec ? 8 : 1;
+  const int64_t chunks = n / kChunk;
+  float amax = 0.0f;
+  for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+    float f[8];
+    if constexpr (kVec) {
+      Load8<true>(row + c * 8, f);
+    } else {
+      f[0] = __bfloat162float(row[c]);
+    }
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) amax = fmaxf(amax, FiniteAbs(f[i]));
+  }
+  amax = BlockMax(amax, smem);
+  float s = __fdiv_rn(amax, 448.0f);
+  if (s == 0.0f) s = FLT_EPSILON;
+  if (threadIdx.x == 0) scale[blockIdx.x] = s;
+  for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+    if constexpr (kVec) {
+      float f[8];
+      Load8<true>(row + c * 8, f);
+      uint8_t b[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) b[i] = ToE4M3(__fdiv_rn(f[i], s));
+      *reinterpret_cast<uint2*>(qrow + c * 8) = *reinterpret_cast<const uint2*>(b);
+    } else {
+      qrow[c] = ToE4M3(__fdiv_rn(__bfloat162float(row[c]), s));
+    }
+  }
+}
+
+// The E2M1 value nearest to v (ties to the even mantissa bit, saturating at 6), as the CPU's
+// FloatToE2M1 thresholds give it; the sign follows v.
+__device__ __forceinline__ float E2M1Round(float v) {
+  const float a = fabsf(v);
+  float r;
+  if (a <= 0.25f) {
+    r = 0.0f;
+  } else if (a < 0.75f) {
+    r = 0.5f;
+  } else if (a <= 1.25f) {
+    r = 1.0f;
+  } else if (a < 1.75f) {
+    r = 1.5f;
+  } else if (a <= 2.5f) {
+    r = 2.0f;
+  } else if (a < 3.5f) {
+    r = 3.0f;
+  } else if (a <= 5.0f) {
+    r = 4.0f;
+  } else {
+    r = 6.0f;
+  }
+  return copysignf(r, v);
+}
+
+// One NVFP4 block of 16 values: quantize-dequantize under global scale g; writes E2M1 * s_b.
+template <bool kVec>
+__device__ __forceinline__ void Nvfp4Block(const __nv_bfloat16* in, float g, __nv_bfloat16* out) {
+  float f[16];
+  Load8<kVec>(in, f);
+  Load8<kVec>(in + 8, f + 8);
+  float bamax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) bamax = fmaxf(bamax, FiniteAbs(f[i]));
+  float sb = FromE4M3(ToE4M3(__fmul_rn(g, __fdiv_rn(bamax, 6.0f))));
+  if (sb == 0.0f) sb = 0.125f;  // compressed-tensors' guard (0.125 is an E4M3 value)
+  const float step = __fdiv_rn(sb, g);
+  __align__(16) __nv_bfloat16 o[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    // E2M1 (<= 2 significant bits) times an E4M3 scale (<= 4) is exact in bf16 (8 bits).
+    o[i] = __float2bfloat16_rn(isnan(f[i]) ? f[i] : E2M1Round(__fdiv_rn(f[i], step)) * sb);
+  }
+  if constexpr (kVec) {
+    reinterpret_cast<uint4*>(out)[0] = reinterpret_cast<const uint4*>(o)[0];
+    reinterpret_cast<uint4*>(out)[1] = reinterpret_cast<const uint4*>(o)[1];
+  } else {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) out[i] = o[i];
+  }
+}
+
+template <bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    QuantDequantNvfp4Kernel(const __nv_bfloat16* x, int64_t n, float static_g, __nv_bfloat16* xq,
+                            float* inv_global) {
+  __shared__ float smem[32];
+  const __nv_bfloat16* row = x + blockIdx.x * n;
+  __nv_bfloat16* orow = xq + blockIdx.x * n;
+  const int64_t blocks = n / 16;
+  float g = static_g;
+  if (!(g > 0.0f)) {
+    float amax = 0.0f;
+    for (int64_t b = threadIdx.x; b < blocks; b += blockDim.x) {
+      float f[16];
+      Load8<kVec>(row + b * 16, f);
+      Load8<kVec>(row + b * 16 + 8, f + 8);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) amax = fmaxf(amax, FiniteAbs(f[i]));
+    }
+    amax = BlockMax(amax, smem);
+    // torch's 2688 / amax: reciprocal, then product (two roundings), as the CPU does.
+    g = __fmul_rn(__fdiv_rn(1.0f, fmaxf(amax, FLT_MIN)), 2688.0f);
+    if (!isfinite(g)) g = 1.0f;
+  }
+  if (threadIdx.x == 0) inv_global[blockIdx.x] = __fdiv_rn(1.0f, g);
+  for (int64_t b = threadIdx.x; b < blocks; b += blockDim.x) {
+    Nvfp4Block<kVec>(row + b * 16, g, orow + b * 16);
+  }
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+void CheckRows(int64_t m, const char* what) {
+  if (m < 1 || m > 0x7fffffff) {
+    std::fprintf(stderr, "%s: bad row count %lld\n", what, static_cast<long long>(m));
+    std::abort();
+  }
+}
+
+}  // namespace
+
+void QuantizeFp8PerToken(const __nv_bfloat16* x, int64_t m, int64_t n, __nv_fp8_e4m3* q,
+                         float* scale, cudaStream_t stream) {
+  CheckRows(m, "QuantizeFp8PerToken");
+  const bool vec = n % 8 == 0 && Aligned16(x) && reinterpret_cast<uintptr_t>(q) % 8 == 0;
+  if (vec) {
+    QuantizeFp8Kernel<true><<<static_cast<unsigned>(m), kThreads, 0, stream>>>(x, n, q, scale);
+  } else {
+    QuantizeFp8Kernel<false><<<static_cast<unsigned>(m), kThreads, 0, stream>>>(x, n, q, scale);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+void QuantDequantNvfp4(const __nv_bfloat16* x, int64_t m, int64_t n, float act_global_scale,
+                       __nv_bfloat16* xq, float* inv_global, cudaStream_t stream) {
+  CheckRows(m, "QuantDequantNvfp4");
+  if (n % 16 != 0) {
+    std::fprintf(stderr, "QuantDequantNvfp4: row length %lld is not a multiple of 16\n",
+                 static_cast<long long>(n));
+    std::abort();
+  }
+  const unsigned grid = static_cast<unsigned>(m);
+  if (Aligned16(x) && Aligned16(xq)) {
+    QuantDequantNvfp4Kernel<true>
+        <<<grid, kThreads, 0, stream>>>(x, n, act_global_scale, xq, inv_global);
+  } else {
+    QuantDequantNvfp4Kernel<false>
+        <<<grid, kThreads, 0, stream>>>(x, n, act_global_scale, xq, inv_global);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace dq::cuda

@@ -1,0 +1,32 @@
+// Activation quantizers for the W8A8 and W4A4 linear layers: each reproduces the CPU codec's
+// QuantizeActivations (engine/quant/fp8_codec.cpp, nvfp4_codec.cpp) step for step in fp32
+// (IEEE division and products, the same amax, scale and rounding rules), so that every
+// quantized activation equals the CPU's; only where the result is stored differs:
+//   fp8:   the E4M3 codes and the per-token scale s (the CPU's x' = E4M3ToFloat(code) * s).
+//   nvfp4: bf16 values E2M1 * E4M3 block scale (exact in bf16: at most 6 significant bits) and
+//          the per-token 1 / G_a (the CPU's x' = E2M1 * (s_b / G_a)); the 1 / G_a factor is
+//          applied to the GEMM's result.
+// One CTA per token row; bf16 input [m, n] row-major.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace dq::cuda {
+
+// Per token: s = max(finite |x|) / 448 (FLT_EPSILON when 0), q = E4M3(x / s) (RNE, saturating,
+// NaN kept). Writes q [m, n] and s [m].
+void QuantizeFp8PerToken(const __nv_bfloat16* x, int64_t m, int64_t n, __nv_fp8_e4m3* q,
+                         float* scale, cudaStream_t stream);
+
+// NVFP4 quantize-dequantize per token, blocks of 16 (n % 16 == 0). G_a = act_global_scale when
+// > 0, else per row (1 / max(amax, FLT_MIN)) * 2688 (1 when not finite). Block scale
+// s_b = E4M3(G_a * (block_amax / 6)) (0 -> 0.125), step = s_b / G_a, code = E2M1(x / step).
+// Writes xq [m, n] = E2M1(code) * s_b (NaN kept) and inv_global [m] = 1 / G_a (fp32).
+void QuantDequantNvfp4(const __nv_bfloat16* x, int64_t m, int64_t n, float act_global_scale,
+                       __nv_bfloat16* xq, float* inv_global, cudaStream_t stream);
+
+}  // namespace dq::cuda

@@ -1,0 +1,302 @@
+#include "engine/cuda/linear.h"
+
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/act_quant.h"
+#include "engine/cuda/cuda_check.h"
+#include "engine/cuda/gemm_lt.h"
+#include "engine/cuda/linear_kernels.h"
+#include "engine/quant/ggml_blocks.h"
+
+namespace dq::cuda {
+namespace {
+
+// The fp32 tile an epilogue-scaled GEMM writes before scaling: at most this many floats, so
+// large m runs in row chunks.
+constexpr int64_t kEpilogueElems = int64_t{16} << 20;
+
+int64_t EpilogueRows(int64_t m, int64_t out) {
+  const int64_t rows = std::max<int64_t>(16, kEpilogueElems / std::max<int64_t>(out, 1) / 16 * 16);
+  return std::min(m, rows);
+}
+
+[[noreturn]] void Die(const std::string& msg) {
+  std::fprintf(stderr, "LinearForward: %s\n", msg.c_str());
+  std::abort();
+}
+
+absl::StatusOr<DeviceLinear> UploadPlain(const LinearWeight& w) {
+  DeviceLinear d;
+  d.kind = LinearKind::kBf16;
+  d.out_features = w.out_features;
+  d.in_features = w.in_features;
+  const int64_t in = w.in_features;
+  std::vector<uint16_t> host(static_cast<size_t>(w.out_features * in));
+  std::vector<float> row(static_cast<size_t>(in));
+  for (int64_t r = 0; r < w.out_features; ++r) {
+    uint16_t* dst = host.data() + r * in;
+    if (w.dtype == DType::kBF16) {
+      std::memcpy(dst, w.row(r), static_cast<size_t>(in) * 2);
+      continue;
+    }
+    DequantizeRow(w.dtype, w.row(r), row.data(), in);
+    for (int64_t i = 0; i < in; ++i) dst[i] = F32ToBF16(row[i]);
+  }
+  d.weight = DeviceBuffer::From(host);
+  return d;
+}
+
+absl::StatusOr<DeviceLinear> UploadFp8(const LinearWeight& w) {
+  const QuantizedView& q = w.quantized;
+  DeviceLinear d;
+  d.kind = LinearKind::kFp8;
+  d.out_features = w.out_features;
+  d.in_features = w.in_features;
+  const ComponentView& codes = q.parts.at("weight");
+  d.weight = DeviceBuffer::From(std::span<const uint8_t>(codes.data, codes.nbytes));
+  // Scales as f32 whatever their stored dtype (the codec reads bf16/f16 scales exactly so).
+  const ComponentView& sc = q.parts.at("weight_scale");
+  std::vector<float> scales(static_cast<size_t>(w.out_features));
+  for (int64_t r = 0; r < w.out_features; ++r) {
+    uint16_t h;
+    switch (sc.dtype) {
+      case DType::kBF16:
+        std::memcpy(&h, sc.data + 2 * r, 2);
+        scales[r] = BF16ToF32(h);
+        break;
+      case DType::kF16:
+        std::memcpy(&h, sc.data + 2 * r, 2);
+        scales[r] = F16ToF32(h);
+        break;
+      default:
+        std::memcpy(&scales[r], sc.data + 4 * r, 4);
+    }
+  }
+  d.weight_scale = DeviceBuffer::From(scales);
+  return d;
+}
+
+absl::StatusOr<DeviceLinear> UploadNvfp4(const LinearWeight& w) {
+  const QuantizedView& q = w.quantized;
+  DeviceLinear d;
+  d.kind = LinearKind::kNvfp4W4A4;
+  d.out_features = w.out_features;
+  d.in_features = w.in_features;
+  const ComponentView& packed = q.parts.at("weight_packed");
+  const ComponentView& scales = q.parts.at("weight_scale");
+  d.weight = DeviceBuffer::From(std::span<const uint8_t>(packed.data, packed.nbytes));
+  d.weight_scale = DeviceBuffer::From(std::span<const uint8_t>(scales.data, scales.nbytes));
+  std::memcpy(&d.weight_global_scale, q.parts.at("weight_global_scale").data, 4);
+  d.act_global_scale = w.act_global_scale;
+  return d;
+}
+
+absl::StatusOr<DeviceLinear> UploadWeightOnlyKind(const LinearWeight& w, const std::string& what) {
+  if (!SupportsWeightOnly(w)) {
+    return absl::UnimplementedError(absl::StrCat(
+        "linear layer [", w.out_features, ", ", w.in_features, "] in ", what,
+        " has no CUDA implementation; supported: F32/F16/BF16, fp8 (w8a8), nvfp4 (w4a4), and the "
+        "weight-only formats of engine/cuda/weight_only.h"));
+  }
+  DeviceLinear d;
+  d.kind = LinearKind::kWeightOnly;
+  d.out_features = w.out_features;
+  d.in_features = w.in_features;
+  DQ_ASSIGN_OR_RETURN(d.weight_only, UploadWeightOnly(w));
+  return d;
+}
+
+}  // namespace
+
+int64_t DeviceLinear::device_bytes() const {
+  return weight.bytes() + weight_scale.bytes() + weight_only.device_bytes();
+}
+
+absl::StatusOr<DeviceLinear> UploadLinear(const LinearWeight& w) {
+  if (w.out_features <= 0 || w.in_features <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("linear layer has shape [", w.out_features, ", ", w.in_features, "]"));
+  }
+  if (w.codec == nullptr) {
+    if (w.dtype == DType::kF32 || w.dtype == DType::kF16 || w.dtype == DType::kBF16) {
+      return UploadPlain(w);
+    }
+    return UploadWeightOnlyKind(w, std::string(DTypeName(w.dtype)));
+  }
+  const std::string scheme(w.codec->scheme());
+  DQ_RETURN_IF_ERROR(w.codec->Validate(w.quantized, absl::StrCat("linear (", scheme, ")")));
+  if (w.mode == ComputeMode::kW8A8 && scheme == "fp8") return UploadFp8(w);
+  if (w.mode == ComputeMode::kW4A4 && scheme == "nvfp4") return UploadNvfp4(w);
+  if (w.mode != ComputeMode::kWeightOnly) {
+    return absl::UnimplementedError(absl::StrCat("compute mode ", ComputeModeName(w.mode),
+                                                 " is not defined for scheme '", scheme,
+                                                 "' (w8a8 needs fp8, w4a4 needs nvfp4)"));
+  }
+  return UploadWeightOnlyKind(w, absl::StrCat(scheme, " (weight-only)"));
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct LinearContext::Impl {
+  GemmLt gemm;
+  DeviceBuffer act;        // quantized activations: E4M3 or bf16 [m, in]
+  DeviceBuffer row_scale;  // f32 [m]: per-token scale (fp8) or 1 / G_a (nvfp4)
+  DeviceBuffer weight;     // bf16 [out, in]: unpacked nvfp4 / dequantized weight-only
+  DeviceBuffer acc;        // f32 [rows, out] epilogue tile
+  bool force_epilogue = false;
+
+  template <typename T = void>
+  T* Ensure(DeviceBuffer& buf, int64_t bytes, cudaStream_t stream, const char* what) {
+    if (buf.bytes() < static_cast<size_t>(bytes)) {
+      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+      CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+      if (status != cudaStreamCaptureStatusNone) {
+        Die(absl::StrCat("the ", what, " scratch (", bytes,
+                         " bytes) was not reserved before graph capture; call "
+                         "LinearContext::Reserve with the largest layer first"));
+      }
+      buf = DeviceBuffer(static_cast<size_t>(bytes));  // freeing the old one synchronizes
+    }
+    return buf.get<T>();
+  }
+};
+
+LinearContext::LinearContext() : impl_(std::make_unique<Impl>()) {}
+LinearContext::~LinearContext() = default;
+
+void LinearContext::Reserve(int64_t max_m, int64_t max_in, int64_t max_out) {
+  Impl& c = *impl_;
+  const cudaStream_t s = nullptr;
+  c.Ensure(c.act, 2 * max_m * max_in, s, "activation");
+  c.Ensure(c.row_scale, 4 * max_m, s, "row scale");
+  c.Ensure(c.weight, 2 * max_out * max_in, s, "weight");
+  c.Ensure(c.acc, 4 * EpilogueRows(max_m, max_out) * max_out, s, "epilogue");
+}
+
+void LinearContext::ForceScaleEpilogueForTesting(bool on) { impl_->force_epilogue = on; }
+
+namespace {
+
+GemmArgs BaseGemm(GemmInput input, const void* x, const void* w, const DeviceLinear& d,
+                  const LinearArgs& a) {
+  GemmArgs g;
+  g.input = input;
+  g.m = a.m;
+  g.n = d.out_features;
+  g.k = d.in_features;
+  g.x = x;
+  g.w = w;
+  g.y_bf16 = a.y_bf16;
+  g.y_f32 = a.y_accumulate;
+  g.accumulate = a.y_accumulate != nullptr;
+  return g;
+}
+
+// y (op)= alpha * row_scale[i] * col_scale[j] * (X · Wᵀ)[i, j] through an fp32 tile, in row
+// chunks. `g` describes the whole unscaled product (its output fields are replaced).
+void GemmWithEpilogue(GemmArgs g, const float* row_scale, const float* col_scale, float alpha,
+                      const LinearArgs& a, LinearContext::Impl& c, cudaStream_t stream) {
+  const int64_t m = g.m, out = g.n;
+  const int64_t chunk = EpilogueRows(m, out);
+  float* acc = c.Ensure<float>(c.acc, 4 * chunk * out, stream, "epilogue");
+  const size_t x_row_bytes = static_cast<size_t>(g.k) * (g.input == GemmInput::kE4M3 ? 1 : 2);
+  const auto* x = static_cast<const uint8_t*>(g.x);
+  for (int64_t r0 = 0; r0 < m; r0 += chunk) {
+    const int64_t rows = std::min(chunk, m - r0);
+    GemmArgs part = g;
+    part.m = rows;
+    part.x = x + r0 * x_row_bytes;
+    part.x_scale = part.w_scale = nullptr;
+    part.alpha = 1.0f;
+    part.y_bf16 = nullptr;
+    part.y_f32 = acc;
+    part.accumulate = false;
+    c.gemm.Run(part, stream);
+    ScaleEpilogueArgs e;
+    e.acc = acc;
+    e.rows = rows;
+    e.cols = out;
+    e.row_scale = row_scale != nullptr ? row_scale + r0 : nullptr;
+    e.col_scale = col_scale;
+    e.alpha = alpha;
+    if (a.y_bf16 != nullptr) e.y_bf16 = a.y_bf16 + r0 * out;
+    if (a.y_accumulate != nullptr) e.y_accumulate = a.y_accumulate + r0 * out;
+    ScaleEpilogue(e, stream);
+  }
+}
+
+void ForwardFp8(const DeviceLinear& w, const LinearArgs& a, LinearContext::Impl& c,
+                cudaStream_t stream) {
+  auto* q = c.Ensure<__nv_fp8_e4m3>(c.act, a.m * w.in_features, stream, "activation");
+  auto* s = c.Ensure<float>(c.row_scale, 4 * a.m, stream, "row scale");
+  QuantizeFp8PerToken(a.x, a.m, w.in_features, q, s, stream);
+  GemmArgs g = BaseGemm(GemmInput::kE4M3, q, w.weight.get(), w, a);
+  g.x_scale = s;
+  g.w_scale = w.weight_scale.get<float>();
+  if (!c.force_epilogue && c.gemm.Supported(g)) return c.gemm.Run(g, stream);
+  GemmWithEpilogue(g, s, g.w_scale, 1.0f, a, c, stream);
+}
+
+void ForwardNvfp4(const DeviceLinear& w, const LinearArgs& a, LinearContext::Impl& c,
+                  cudaStream_t stream) {
+  const int64_t in = w.in_features, out = w.out_features;
+  auto* wb = c.Ensure<__nv_bfloat16>(c.weight, 2 * out * in, stream, "weight");
+  auto* xq = c.Ensure<__nv_bfloat16>(c.act, 2 * a.m * in, stream, "activation");
+  auto* inv_g = c.Ensure<float>(c.row_scale, 4 * a.m, stream, "row scale");
+  UnpackNvfp4ToBf16(w.weight.get<uint8_t>(), w.weight_scale.get<uint8_t>(), out, in, wb, stream);
+  QuantDequantNvfp4(a.x, a.m, in, w.act_global_scale, xq, inv_g, stream);
+  GemmArgs g = BaseGemm(GemmInput::kBf16, xq, wb, w, a);
+  if (w.act_global_scale > 0.0f) {
+    // The CPU's operands are E2M1 * (s / G); ours are E2M1 * s, so the product takes 1/(Ga Gw).
+    g.alpha = static_cast<float>(1.0 / (static_cast<double>(w.act_global_scale) *
+                                        static_cast<double>(w.weight_global_scale)));
+    return c.gemm.Run(g, stream);
+  }
+  GemmWithEpilogue(g, inv_g, nullptr, 1.0f / w.weight_global_scale, a, c, stream);
+}
+
+void ForwardWeightOnly(const DeviceLinear& w, const LinearArgs& a, LinearContext::Impl& c,
+                       cudaStream_t stream) {
+  if (a.m <= 8) {
+    WeightOnlyGemvArgs g;
+    g.x = a.x;
+    g.m = static_cast<int>(a.m);
+    g.y_bf16 = a.y_bf16;
+    g.y_accumulate = a.y_accumulate;
+    return WeightOnlyGemv(w.weight_only, g, stream);
+  }
+  auto* wb =
+      c.Ensure<__nv_bfloat16>(c.weight, 2 * w.out_features * w.in_features, stream, "weight");
+  DequantizeToBf16(w.weight_only, wb, stream);
+  c.gemm.Run(BaseGemm(GemmInput::kBf16, a.x, wb, w, a), stream);
+}
+
+}  // namespace
+
+void LinearForward(const DeviceLinear& w, const LinearArgs& args, LinearContext& ctx,
+                   cudaStream_t stream) {
+  if (args.m < 1 || args.x == nullptr ||
+      (args.y_bf16 == nullptr) == (args.y_accumulate == nullptr)) {
+    Die(absl::StrCat("needs m >= 1 (got ", args.m, "), an input and exactly one output"));
+  }
+  LinearContext::Impl& c = ctx.impl();
+  switch (w.kind) {
+    case LinearKind::kBf16:
+      return c.gemm.Run(BaseGemm(GemmInput::kBf16, args.x, w.weight.get(), w, args), stream);
+    case LinearKind::kFp8:
+      return ForwardFp8(w, args, c, stream);
+    case LinearKind::kNvfp4W4A4:
+      return ForwardNvfp4(w, args, c, stream);
+    case LinearKind::kWeightOnly:
+      return ForwardWeightOnly(w, args, c, stream);
+  }
+}
+
+}  // namespace dq::cuda
