@@ -1,0 +1,257 @@
+// The weight-only decode GEMV and dequantize kernels, generic over a format "trait" F that says
+// how one unit of F::kUnit consecutive inputs of one row is loaded (F::Load: the packed codes
+// plus that unit's scales, as few 16-byte loads as the layout allows) and how each 8-value chunk
+// of it is decoded to fp32 (F::Decode8: exactly the CPU reference's values, with explicit
+// __fmul_rn / __fadd_rn so that no FMA contraction changes a rounding).
+//
+// GEMV: one warp owns R consecutive output rows; its lanes stride over the row's units, keeping
+// U units per lane in flight, and every decoded weight is reused for all M activation rows
+// (x is read through L1, 16 bytes at a time). A warp-shuffle reduction ends each row.
+// Launches use programmatic dependent launch: the first weight loads are issued before
+// griddepcontrol.wait, so a GEMV that follows another kernel streams its weights while that
+// kernel drains; x and y are only touched after the wait.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "engine/cuda/cuda_check.h"
+
+namespace dq::cuda::wo {
+
+// Everything a kernel needs, row strides in bytes.
+struct GemvParams {
+  const uint8_t* codes = nullptr;
+  int64_t codes_row = 0;
+  const uint8_t* scales = nullptr;
+  int64_t scales_row = 0;
+  const uint8_t* aux = nullptr;
+  int64_t aux_row = 0;
+  int64_t out = 0;
+  int64_t in = 0;
+  int group_shift = 0;  // log2(group size) where groups vary (int formats)
+  float global = 1.0f;  // nvfp4 / lut: the stored global scale G (dequantization divides by it)
+  const __nv_bfloat16* x = nullptr;
+  __nv_bfloat16* y = nullptr;
+  float* y_acc = nullptr;
+};
+
+__device__ __forceinline__ void GridDepWait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void GridDepLaunch() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+// Exact float of a small non-negative integer (< 2^23) without an I2F: 2^23 + v, minus 2^23.
+__device__ __forceinline__ float SmallIntToFloat(uint32_t v) {
+  return __fsub_rn(__uint_as_float(0x4B000000u | v), 8388608.0f);
+}
+// Exact float(a - b) for integers 0 <= a, b < 2^23.
+__device__ __forceinline__ float IntDiff(uint32_t a, uint32_t b) {
+  return __fsub_rn(__uint_as_float(0x4B000000u | a), __uint_as_float(0x4B000000u | b));
+}
+
+__device__ __forceinline__ float F16BitsToFloat(uint16_t h) {
+  return __half2float(__ushort_as_half(h));
+}
+__device__ __forceinline__ float E4M3ToFloatDev(uint8_t b) {
+  const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(b), __NV_E4M3);
+  return __half2float(__half(h));
+}
+
+// 16 bytes of x (8 bf16) as fp32.
+__device__ __forceinline__ void LoadX8(const __nv_bfloat16* p, float v[8]) {
+  const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = __uint_as_float(w[i] << 16);
+    v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ T LoadAligned(const uint8_t* p) {
+  return __ldg(reinterpret_cast<const T*>(p));
+}
+
+constexpr int kWarpsPerCta = 4;
+
+template <class F, int M, int R, int U>
+__global__ void __launch_bounds__(kWarpsPerCta * 32) GemvKernel(const GemvParams p) {
+  GridDepLaunch();
+  const int lane = threadIdx.x & 31;
+  const int64_t warp = int64_t{blockIdx.x} * kWarpsPerCta + (threadIdx.x >> 5);
+  const int64_t row0 = warp * R;
+  if (row0 >= p.out) return;
+  int64_t rows[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) rows[r] = row0 + r < p.out ? row0 + r : p.out - 1;
+  const int units = static_cast<int>(p.in / F::kUnit);
+  float acc[R][M];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[r][m] = 0.0f;
+  }
+  bool waited = false;
+  for (int base = lane; base < units; base += 32 * U) {
+    typename F::Raw raw[U][R];
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const int u = base + 32 * i;
+      if (u < units) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) raw[i][r] = F::Load(p, rows[r], u);
+      }
+    }
+    if (!waited) {
+      GridDepWait();
+      waited = true;
+    }
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const int u = base + 32 * i;
+      if (u >= units) break;
+#pragma unroll
+      for (int c = 0; c < F::kUnit / 8; ++c) {
+        float w[R][8];
+#pragma unroll
+        for (int r = 0; r < R; ++r) F::Decode8(raw[i][r], c, w[r]);
+        const int64_t xoff = int64_t{u} * F::kUnit + 8 * c;
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+          float xv[8];
+          LoadX8(p.x + m * p.in + xoff, xv);
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+#pragma unroll
+            for (int k = 0; k < 8; ++k) acc[r][m] = fmaf(w[r][k], xv[k], acc[r][m]);
+          }
+        }
+      }
+    }
+  }
+  if (!waited) GridDepWait();
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      float v = acc[r][m];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      // Lane (r * M + m) % 32 writes this sum, so the stores spread over the warp.
+      if (lane == (r * M + m) % 32 && row0 + r < p.out) {
+        const int64_t idx = m * p.out + row0 + r;
+        if (p.y_acc != nullptr) {
+          p.y_acc[idx] += v;
+        } else {
+          p.y[idx] = __float2bfloat16_rn(v);
+        }
+      }
+    }
+  }
+}
+
+// One thread per (row, unit): the unit decoded and written as bf16 [out, in].
+template <class F>
+__global__ void DequantKernel(const GemvParams p, __nv_bfloat16* out) {
+  const int64_t units = p.in / F::kUnit;
+  const int64_t t = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (t >= p.out * units) return;
+  const int64_t row = t / units;
+  const int u = static_cast<int>(t % units);
+  const typename F::Raw raw = F::Load(p, row, u);
+  __nv_bfloat16* dst = out + row * p.in + int64_t{u} * F::kUnit;
+#pragma unroll
+  for (int c = 0; c < F::kUnit / 8; ++c) {
+    float w[8];
+    F::Decode8(raw, c, w);
+    uint32_t packed[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const __nv_bfloat162 b = __floats2bfloat162_rn(w[2 * k], w[2 * k + 1]);
+      packed[k] = *reinterpret_cast<const uint32_t*>(&b);
+    }
+    *reinterpret_cast<uint4*>(dst + 8 * c) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  }
+}
+
+// Rows per warp and units in flight per lane, by batch size.
+template <int M>
+struct GemvShape {
+  static constexpr int kRows = M == 1 ? 1 : (M <= 4 ? 2 : 4);
+  static constexpr int kUnroll = M == 1 ? 4 : 2;
+};
+
+template <class F, int M>
+void LaunchGemvM(const GemvParams& p, cudaStream_t stream) {
+  constexpr int R = GemvShape<M>::kRows, U = GemvShape<M>::kUnroll;
+  const int64_t warps = (p.out + R - 1) / R;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>((warps + kWarpsPerCta - 1) / kWarpsPerCta));
+  cfg.blockDim = dim3(kWarpsPerCta * 32);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, GemvKernel<F, M, R, U>, p));
+}
+
+// y = x · Wᵀ for 1 <= m <= 8 with the format trait F.
+template <class F>
+void LaunchGemv(const GemvParams& p, int m, cudaStream_t stream) {
+  switch (m) {
+    case 1:
+      return LaunchGemvM<F, 1>(p, stream);
+    case 2:
+      return LaunchGemvM<F, 2>(p, stream);
+    case 3:
+      return LaunchGemvM<F, 3>(p, stream);
+    case 4:
+      return LaunchGemvM<F, 4>(p, stream);
+    case 5:
+      return LaunchGemvM<F, 5>(p, stream);
+    case 6:
+      return LaunchGemvM<F, 6>(p, stream);
+    case 7:
+      return LaunchGemvM<F, 7>(p, stream);
+    default:
+      return LaunchGemvM<F, 8>(p, stream);
+  }
+}
+
+template <class F>
+void LaunchDequant(const GemvParams& p, __nv_bfloat16* out, cudaStream_t stream) {
+  const int64_t n = p.out * (p.in / F::kUnit);
+  constexpr int kThreads = 256;
+  DequantKernel<F>
+      <<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(p, out);
+  CUDA_CHECK_LAUNCH();
+}
+
+// The dequantization with `dequant_out`, else the GEMV.
+template <class F>
+void RunFormat(const GemvParams& p, int m, __nv_bfloat16* dequant_out, cudaStream_t stream) {
+  if (dequant_out != nullptr) {
+    LaunchDequant<F>(p, dequant_out, stream);
+  } else {
+    LaunchGemv<F>(p, m, stream);
+  }
+}
+
+// Per-family launchers (gemv_*.cu): with `dequant_out` set they write the bf16 matrix, else
+// they run the GEMV for `m` rows. Each returns false for a variant it does not have.
+bool LaunchIntFamily(int bits, const GemvParams& p, int m, __nv_bfloat16* dequant_out,
+                     cudaStream_t stream);
+bool LaunchNvfp4LutFamily(int lut_bits, const GemvParams& p, int m, __nv_bfloat16* dequant_out,
+                          cudaStream_t stream);  // lut_bits 0: nvfp4
+bool LaunchGgufFamily(int gguf_dtype, const GemvParams& p, int m, __nv_bfloat16* dequant_out,
+                      cudaStream_t stream);
+
+}  // namespace dq::cuda::wo
