@@ -1,0 +1,979 @@
+// Integration tests of the public gRPC API (dqserve.v1.DqServe) against real processes: each
+// fixture starts dq-decode, dq-prefill and dq-router (with --grpc-port) from DQ_BIN_DIR on free
+// loopback ports, waits for Health SERVING, talks to the router through the generated stub (and
+// over HTTP where the two front ends must agree), and stops everything with SIGTERM, expecting
+// each process to exit 0 within a few seconds.
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dqserve/v1/generate.grpc.pb.h"
+#include "nlohmann/json.hpp"
+
+extern char** environ;
+
+namespace {
+
+namespace v1 = dqserve::v1;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+std::string EnvOr(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::string(v) : fallback;
+}
+
+std::string BinDir() { return EnvOr("DQ_BIN_DIR", DQ_BINARY_DIR "/bin"); }
+std::string SourceDir() { return EnvOr("DQ_SOURCE_DIR", DQ_SOURCE_DIR); }
+// The tiny random Qwen3 written by the fixture.make_tiny_qwen3 test, next to bin/.
+std::string TinyModel() { return BinDir() + "/../tiny-qwen3"; }
+std::string SmolModel() { return SourceDir() + "/models/SmolLM2-135M-Instruct.Q4_1.gguf"; }
+
+// A port nothing listens on right now (the kernel's pick; it may be taken again before use, which
+// the fixture reports as a process that exited before listening).
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+bool PortOpen(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool open = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return open;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string Tail(const std::string& s, size_t n) {
+  return s.size() <= n ? s : s.substr(s.size() - n);
+}
+
+// One child process, its output in a log file. Dies with the test binary (PR_SET_PDEATHSIG), so a
+// crashed test leaves no orphans.
+class Child {
+ public:
+  Child(std::string name, const std::string& binary, const std::vector<std::string>& args,
+        const std::map<std::string, std::string>& env, const std::string& log_path)
+      : name_(std::move(name)), log_path_(log_path) {
+    // Everything the child needs is built before fork: only async-signal-safe calls after it.
+    std::vector<std::string> argv_s = {binary};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<std::string> env_s;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string kv = *e;
+      const std::string key = kv.substr(0, kv.find('='));
+      if (key == "DQ_API_KEY" || env.count(key) > 0) continue;  // only what this child is given
+      env_s.push_back(kv);
+    }
+    for (const auto& [k, v] : env) env_s.push_back(k + "=" + v);
+    std::vector<char*> argv, envp;
+    for (auto& s : argv_s) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    for (auto& s : env_s) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    const int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const pid_t parent = getpid();
+    pid_ = fork();
+    if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);
+      if (log_fd >= 0) {
+        dup2(log_fd, STDOUT_FILENO);
+        dup2(log_fd, STDERR_FILENO);
+      }
+      execve(argv[0], argv.data(), envp.data());
+      _exit(127);
+    }
+    if (log_fd >= 0) close(log_fd);
+  }
+  ~Child() {
+    if (running()) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  const std::string& name() const { return name_; }
+  std::string log() const { return ReadFile(log_path_); }
+
+  // Reaps the child when it has exited; true while it runs.
+  bool running() {
+    if (pid_ <= 0 || exited_) return false;
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      exited_ = true;
+      status_ = status;
+      return false;
+    }
+    return true;
+  }
+
+  void Signal(int sig) {
+    if (running()) kill(pid_, sig);
+  }
+
+  // Waits up to `timeout` for the child to exit; its wait status, or nullopt if it still runs
+  // (then it is killed).
+  std::optional<int> Wait(milliseconds timeout) {
+    const auto end = Clock::now() + timeout;
+    while (running() && Clock::now() < end) std::this_thread::sleep_for(milliseconds(20));
+    if (running()) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+      exited_ = true;
+      return std::nullopt;
+    }
+    return status_;
+  }
+
+ private:
+  std::string name_;
+  std::string log_path_;
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  int status_ = 0;
+};
+
+std::string DescribeWaitStatus(int status) {
+  if (WIFEXITED(status)) return "exit code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return "signal " + std::to_string(WTERMSIG(status));
+  return "wait status " + std::to_string(status);
+}
+
+struct DeploymentOptions {
+  std::string model;
+  std::string api_key;  // set: the router gets it through env DQ_API_KEY
+  std::vector<std::string> router_args;
+};
+
+// dq-decode + dq-prefill + dq-router (HTTP and gRPC) as real processes.
+class Deployment {
+ public:
+  explicit Deployment(DeploymentOptions options) : options_(std::move(options)) {}
+
+  // Starts everything and waits until Health says SERVING; "" or what went wrong (with logs).
+  std::string Start() {
+    char dir_template[] = "/tmp/dq-integration-XXXXXX";
+    if (mkdtemp(dir_template) == nullptr) return "cannot create a log directory";
+    log_dir_ = dir_template;
+    const std::string bin = BinDir();
+    // Four distinct free ports; all three processes start at once (the router probes the workers
+    // until they answer), so that their model loads overlap.
+    std::vector<int> ports;
+    while (ports.size() < 4) {
+      const int p = FreePort();
+      if (p <= 0) return "no free port";
+      if (std::find(ports.begin(), ports.end(), p) == ports.end()) ports.push_back(p);
+    }
+    decode_port_ = ports[0];
+    prefill_port_ = ports[1];
+    http_port_ = ports[2];
+    grpc_port_ = ports[3];
+    const std::vector<std::string> common = {"--model", options_.model, "--threads", "1"};
+    auto with = [&](std::vector<std::string> args) {
+      args.insert(args.begin(), common.begin(), common.end());
+      return args;
+    };
+    Spawn("decode", bin + "/dq-decode", with({"--port", std::to_string(decode_port_)}), {});
+    Spawn("prefill", bin + "/dq-prefill", with({"--port", std::to_string(prefill_port_)}), {});
+    std::vector<std::string> router_args = {"--model",
+                                            options_.model,
+                                            "--port",
+                                            std::to_string(http_port_),
+                                            "--grpc-port",
+                                            std::to_string(grpc_port_),
+                                            "--prefill",
+                                            "127.0.0.1:" + std::to_string(prefill_port_),
+                                            "--decode",
+                                            "127.0.0.1:" + std::to_string(decode_port_),
+                                            "--health-interval-ms",
+                                            "100"};
+    router_args.insert(router_args.end(), options_.router_args.begin(), options_.router_args.end());
+    std::map<std::string, std::string> env;
+    if (!options_.api_key.empty()) env["DQ_API_KEY"] = options_.api_key;
+    Spawn("router", bin + "/dq-router", router_args, env);
+    if (auto e = WaitPort("decode", decode_port_); !e.empty()) return e;
+    if (auto e = WaitPort("prefill", prefill_port_); !e.empty()) return e;
+    if (auto e = WaitPort("router", grpc_port_); !e.empty()) return e;
+    if (auto e = WaitPort("router", http_port_); !e.empty()) return e;
+    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(grpc_port_),
+                                   grpc::InsecureChannelCredentials());
+    stub_ = v1::DqServe::NewStub(channel_);
+    const auto end = Clock::now() + seconds(60);
+    std::string last;
+    while (Clock::now() < end) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + seconds(2));
+      v1::HealthResponse health;
+      const grpc::Status s = stub_->Health(&ctx, v1::HealthRequest(), &health);
+      if (s.ok() && health.status() == v1::SERVING_STATUS_SERVING) return "";
+      last = s.ok() ? health.ShortDebugString() : s.error_message();
+      if (!AllRunning()) break;
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+    return "the router never reported SERVING (last: " + last + ")\n" + Logs();
+  }
+
+  // SIGTERM to every process; "" when each exited 0 within the limit, else what went wrong.
+  std::string Stop() {
+    stub_.reset();
+    channel_.reset();
+    std::string problems;
+    // The router first (it aborts running requests), then the workers.
+    for (auto it = children_.rbegin(); it != children_.rend(); ++it) {
+      Child& c = **it;
+      if (!c.running()) {
+        problems += c.name() + " was no longer running before SIGTERM; ";
+        continue;
+      }
+      c.Signal(SIGTERM);
+      const std::optional<int> status = c.Wait(seconds(8));
+      if (!status) {
+        problems += c.name() + " did not exit within 8 s of SIGTERM; ";
+      } else if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
+        problems += c.name() + " ended with " + DescribeWaitStatus(*status) + " after SIGTERM; ";
+      }
+    }
+    if (!problems.empty()) problems += "\n" + Logs();
+    children_.clear();
+    // Logs stay for a failed run (the path is printed), else they go.
+    if (problems.empty() && ::testing::UnitTest::GetInstance()->failed_test_count() == 0) {
+      std::error_code ignored;
+      std::filesystem::remove_all(log_dir_, ignored);
+    } else {
+      std::fprintf(stderr, "process logs kept in %s\n", log_dir_.c_str());
+    }
+    return problems;
+  }
+
+  bool AllRunning() {
+    for (auto& c : children_) {
+      if (!c->running()) return false;
+    }
+    return true;
+  }
+
+  std::string Logs() const {
+    std::string out;
+    for (const auto& c : children_) {
+      out += "--- " + c->name() + " log ---\n" + Tail(c->log(), 3000) + "\n";
+    }
+    return out;
+  }
+
+  v1::DqServe::Stub& stub() { return *stub_; }
+  int http_port() const { return http_port_; }
+  int grpc_port() const { return grpc_port_; }
+  int prefill_port() const { return prefill_port_; }
+  int decode_port() const { return decode_port_; }
+  const std::string& api_key() const { return options_.api_key; }
+
+ private:
+  void Spawn(const std::string& name, const std::string& binary,
+             const std::vector<std::string>& args, const std::map<std::string, std::string>& env) {
+    children_.push_back(
+        std::make_unique<Child>(name, binary, args, env, log_dir_ + "/" + name + ".log"));
+  }
+
+  std::string WaitPort(const std::string& name, int port) {
+    Child* child = nullptr;
+    for (auto& c : children_) {
+      if (c->name() == name) child = c.get();
+    }
+    const auto end = Clock::now() + seconds(60);
+    while (Clock::now() < end) {
+      if (PortOpen(port)) return "";
+      if (child != nullptr && !child->running()) {
+        return name + " exited before listening on port " + std::to_string(port) + "\n" + Logs();
+      }
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    return name + " did not listen on port " + std::to_string(port) + " within 60 s\n" + Logs();
+  }
+
+  DeploymentOptions options_;
+  std::string log_dir_;
+  std::vector<std::unique_ptr<Child>> children_;  // in start order
+  int decode_port_ = 0, prefill_port_ = 0, http_port_ = 0, grpc_port_ = 0;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::DqServe::Stub> stub_;
+};
+
+// Everything one Generate call streamed.
+struct Stream {
+  grpc::Status status;
+  std::vector<v1::GenerateResponse> responses;
+  std::string text;                // text deltas, concatenated
+  std::vector<int32_t> token_ids;  // token ids, concatenated
+
+  int finished_count() const {
+    int n = 0;
+    for (const auto& r : responses) n += r.finished() ? 1 : 0;
+    return n;
+  }
+  const v1::GenerateResponse& last() const { return responses.back(); }
+};
+
+void AddAuth(grpc::ClientContext& ctx, const std::string& key) {
+  if (!key.empty()) ctx.AddMetadata("authorization", "Bearer " + key);
+}
+
+Stream Generate(v1::DqServe::Stub& stub, const v1::GenerateRequest& request,
+                const std::string& key = "") {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + seconds(60));
+  AddAuth(ctx, key);
+  Stream out;
+  auto reader = stub.Generate(&ctx, request);
+  v1::GenerateResponse r;
+  while (reader->Read(&r)) {
+    out.text += r.text_delta();
+    out.token_ids.insert(out.token_ids.end(), r.token_ids().begin(), r.token_ids().end());
+    out.responses.push_back(r);
+  }
+  out.status = reader->Finish();
+  return out;
+}
+
+// Checks the stream contract: status OK, at least one response, exactly one finished response
+// and it is the last, with a finish reason and usage.
+::testing::AssertionResult WellFormed(const Stream& s) {
+  if (!s.status.ok()) {
+    return ::testing::AssertionFailure()
+           << "status " << s.status.error_code() << ": " << s.status.error_message();
+  }
+  if (s.responses.empty()) return ::testing::AssertionFailure() << "no responses";
+  if (s.finished_count() != 1) {
+    return ::testing::AssertionFailure() << s.finished_count() << " finished responses";
+  }
+  const v1::GenerateResponse& f = s.last();
+  if (!f.finished()) return ::testing::AssertionFailure() << "the last response is not finished";
+  if (f.finish_reason() == v1::FINISH_REASON_UNSPECIFIED) {
+    return ::testing::AssertionFailure() << "the final response has no finish_reason";
+  }
+  if (!f.has_usage() || f.usage().prompt_tokens() == 0) {
+    return ::testing::AssertionFailure()
+           << "the final response has no usage: " << f.ShortDebugString();
+  }
+  for (size_t i = 0; i + 1 < s.responses.size(); ++i) {
+    if (s.responses[i].finish_reason() != v1::FINISH_REASON_UNSPECIFIED ||
+        s.responses[i].has_usage()) {
+      return ::testing::AssertionFailure()
+             << "response " << i
+             << " before the last carries finish data: " << s.responses[i].ShortDebugString();
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// A non-streaming HTTP request to the router: (status, parsed body).
+std::pair<int, json> HttpJson(int port, const std::string& method, const std::string& path,
+                              const json& body = nullptr, const std::string& key = "") {
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(60, 0);
+  httplib::Headers headers;
+  if (!key.empty()) headers.emplace("Authorization", "Bearer " + key);
+  httplib::Result r = method == "GET" ? client.Get(path, headers)
+                                      : client.Post(path, headers, body.dump(), "application/json");
+  if (!r) return {0, json()};
+  return {r->status, json::parse(r->body, nullptr, /*allow_exceptions=*/false)};
+}
+
+// dq_requests_total{outcome="..."} (or any other metric line's value), -1 when absent.
+double Metric(int port, const std::string& series) {
+  httplib::Client client("127.0.0.1", port);
+  httplib::Result r = client.Get("/metrics");
+  if (!r || r->status != 200) return -1;
+  std::istringstream in(r->body);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  }
+  return -1;
+}
+
+v1::GenerateRequest PromptRequest(const std::string& prompt, uint32_t max_tokens) {
+  v1::GenerateRequest r;
+  r.set_prompt(prompt);
+  r.mutable_sampling()->set_temperature(0);
+  r.mutable_sampling()->set_max_tokens(max_tokens);
+  return r;
+}
+
+v1::GenerateRequest ChatRequest(const std::string& user, uint32_t max_tokens) {
+  v1::GenerateRequest r;
+  v1::ChatMessage* m = r.mutable_chat()->add_messages();
+  m->set_role("user");
+  m->set_content(user);
+  r.mutable_chat()->set_add_generation_prompt(true);
+  r.mutable_sampling()->set_temperature(0);
+  r.mutable_sampling()->set_max_tokens(max_tokens);
+  return r;
+}
+
+// The byte length of the UTF-8 character starting at s[i] (1 for a stray byte).
+size_t Utf8Len(const std::string& s, size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
+  return std::min(n, s.size() - i);
+}
+
+bool IsUtf8Start(const std::string& s, size_t i) {
+  return (static_cast<unsigned char>(s[i]) & 0xC0) != 0x80;
+}
+
+constexpr char kPrompt[] = "The quick brown fox jumps over the lazy dog. Once upon a time";
+
+// ---------------------------------------------------------------------------------------------
+// The tiny random Qwen3: fast, for everything but the text-quality check. --max-in-flight 1, so
+// a request the router failed to end (abort, client cancel) would block every later one.
+
+class GrpcApiTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    deployment_ = new Deployment({TinyModel(), "", {"--max-in-flight", "1"}});
+    start_error_ = deployment_->Start();
+  }
+  static void TearDownTestSuite() {
+    if (deployment_ == nullptr) return;
+    const std::string stop_error = deployment_->Stop();
+    EXPECT_EQ(stop_error, "") << "the deployment did not shut down cleanly";
+    delete deployment_;
+    deployment_ = nullptr;
+  }
+  void SetUp() override { ASSERT_EQ(start_error_, "") << "the deployment did not start"; }
+
+  v1::DqServe::Stub& stub() { return deployment_->stub(); }
+  int http_port() { return deployment_->http_port(); }
+
+  static Deployment* deployment_;
+  static std::string start_error_;
+};
+
+Deployment* GrpcApiTest::deployment_ = nullptr;
+std::string GrpcApiTest::start_error_;
+
+TEST_F(GrpcApiTest, ModelsListsTheServedModel) {
+  grpc::ClientContext ctx;
+  v1::ModelsResponse models;
+  const grpc::Status s = stub().Models(&ctx, v1::ModelsRequest(), &models);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(models.models_size(), 1) << models.ShortDebugString();
+  const v1::ModelInfo& m = models.models(0);
+  // The default served name is the model path's stem.
+  EXPECT_EQ(m.id(), "tiny-qwen3");
+  EXPECT_FALSE(m.prefill_scheme().empty()) << m.ShortDebugString();
+  EXPECT_FALSE(m.decode_scheme().empty()) << m.ShortDebugString();
+  // make-tiny writes max_position_embeddings 4096.
+  EXPECT_EQ(m.max_context_tokens(), 4096u);
+  // The HTTP front end reports the same model.
+  auto [status, body] = HttpJson(http_port(), "GET", "/v1/models");
+  ASSERT_EQ(status, 200);
+  ASSERT_EQ(body["data"].size(), 1u) << body.dump();
+  EXPECT_EQ(body["data"][0]["id"], m.id());
+  EXPECT_EQ(body["data"][0]["max_model_len"], m.max_context_tokens());
+}
+
+TEST_F(GrpcApiTest, HealthIsServingWithBothWorkers) {
+  grpc::ClientContext ctx;
+  v1::HealthResponse health;
+  const grpc::Status s = stub().Health(&ctx, v1::HealthRequest(), &health);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(health.status(), v1::SERVING_STATUS_SERVING);
+  ASSERT_EQ(health.workers_size(), 2) << health.ShortDebugString();
+  std::map<std::string, const v1::WorkerHealth*> by_role;
+  for (const auto& w : health.workers()) by_role[w.role()] = &w;
+  ASSERT_EQ(by_role.count("prefill"), 1u) << health.ShortDebugString();
+  ASSERT_EQ(by_role.count("decode"), 1u) << health.ShortDebugString();
+  EXPECT_EQ(by_role["prefill"]->address(),
+            "127.0.0.1:" + std::to_string(deployment_->prefill_port()));
+  EXPECT_EQ(by_role["decode"]->address(),
+            "127.0.0.1:" + std::to_string(deployment_->decode_port()));
+  EXPECT_EQ(by_role["prefill"]->status(), v1::SERVING_STATUS_SERVING);
+  EXPECT_EQ(by_role["decode"]->status(), v1::SERVING_STATUS_SERVING);
+}
+
+TEST_F(GrpcApiTest, PromptStreamMatchesHttpCompletion) {
+  const Stream s = Generate(stub(), PromptRequest(kPrompt, 16));
+  ASSERT_TRUE(WellFormed(s));
+  const v1::GenerateResponse& f = s.last();
+  EXPECT_FALSE(f.request_id().empty()) << "the router assigns an id when the client sends none";
+  for (const auto& r : s.responses) EXPECT_EQ(r.request_id(), f.request_id());
+  EXPECT_TRUE(f.finish_reason() == v1::FINISH_REASON_STOP ||
+              f.finish_reason() == v1::FINISH_REASON_LENGTH)
+      << f.ShortDebugString();
+  EXPECT_GT(f.usage().completion_tokens(), 0u);
+  EXPECT_LE(f.usage().completion_tokens(), 16u);
+  EXPECT_GT(f.usage().ttft_ms(), 0.0f);
+  EXPECT_TRUE(s.token_ids.empty()) << "token ids only with return_token_ids";
+
+  auto [status, body] = HttpJson(http_port(), "POST", "/v1/completions",
+                                 {{"prompt", kPrompt}, {"max_tokens", 16}, {"temperature", 0}});
+  ASSERT_EQ(status, 200) << body.dump();
+  EXPECT_EQ(s.text, body["choices"][0]["text"].get<std::string>());
+  EXPECT_EQ(f.usage().prompt_tokens(), body["usage"]["prompt_tokens"].get<uint32_t>());
+  EXPECT_EQ(f.usage().completion_tokens(), body["usage"]["completion_tokens"].get<uint32_t>());
+  EXPECT_EQ(f.finish_reason() == v1::FINISH_REASON_STOP ? "stop" : "length",
+            body["choices"][0]["finish_reason"].get<std::string>());
+}
+
+TEST_F(GrpcApiTest, ChatStreamMatchesHttpChatCompletion) {
+  v1::GenerateRequest req = ChatRequest("Hello! Who are you?", 12);
+  req.set_request_id("chat-req-1");
+  const Stream s = Generate(stub(), req);
+  ASSERT_TRUE(WellFormed(s));
+  EXPECT_EQ(s.last().request_id(), "chat-req-1");
+  EXPECT_GT(s.last().usage().completion_tokens(), 0u);
+  EXPECT_GT(s.last().usage().ttft_ms(), 0.0f);
+
+  auto [status, body] =
+      HttpJson(http_port(), "POST", "/v1/chat/completions",
+               {{"messages", {{{"role", "user"}, {"content", "Hello! Who are you?"}}}},
+                {"max_tokens", 12},
+                {"temperature", 0}});
+  ASSERT_EQ(status, 200) << body.dump();
+  EXPECT_EQ(s.text, body["choices"][0]["message"]["content"].get<std::string>());
+  // The chat template adds tokens around the message.
+  EXPECT_EQ(s.last().usage().prompt_tokens(), body["usage"]["prompt_tokens"].get<uint32_t>());
+}
+
+TEST_F(GrpcApiTest, PromptTokenIdsMatchHttpTokenPrompt) {
+  // Valid ids of this vocabulary: the ones a short greedy generation returns.
+  v1::GenerateRequest seed_req = PromptRequest(kPrompt, 8);
+  seed_req.set_return_token_ids(true);
+  const Stream seed = Generate(stub(), seed_req);
+  ASSERT_TRUE(WellFormed(seed));
+  const std::vector<int32_t> ids = seed.token_ids;
+  ASSERT_FALSE(ids.empty());
+  v1::GenerateRequest req;
+  req.mutable_prompt_token_ids()->mutable_ids()->Assign(ids.begin(), ids.end());
+  req.mutable_sampling()->set_temperature(0);
+  req.mutable_sampling()->set_max_tokens(12);
+  const Stream s = Generate(stub(), req);
+  ASSERT_TRUE(WellFormed(s));
+  EXPECT_EQ(s.last().usage().prompt_tokens(), ids.size());
+  EXPECT_GT(s.last().usage().completion_tokens(), 0u);
+  EXPECT_GT(s.last().usage().ttft_ms(), 0.0f);
+
+  auto [status, body] = HttpJson(http_port(), "POST", "/v1/completions",
+                                 {{"prompt", ids}, {"max_tokens", 12}, {"temperature", 0}});
+  ASSERT_EQ(status, 200) << body.dump();
+  EXPECT_EQ(s.text, body["choices"][0]["text"].get<std::string>());
+  EXPECT_EQ(body["usage"]["prompt_tokens"].get<uint32_t>(), ids.size());
+}
+
+TEST_F(GrpcApiTest, ReturnTokenIdsCountsCompletionTokens) {
+  v1::GenerateRequest req = PromptRequest(kPrompt, 10);
+  req.set_return_token_ids(true);
+  const Stream s = Generate(stub(), req);
+  ASSERT_TRUE(WellFormed(s));
+  EXPECT_GT(s.last().usage().completion_tokens(), 0u);
+  EXPECT_EQ(s.token_ids.size(), s.last().usage().completion_tokens());
+  // Same greedy request without ids: the same text.
+  const Stream plain = Generate(stub(), PromptRequest(kPrompt, 10));
+  ASSERT_TRUE(WellFormed(plain));
+  EXPECT_EQ(s.text, plain.text);
+  EXPECT_TRUE(plain.token_ids.empty());
+  for (int32_t id : s.token_ids) EXPECT_GE(id, 0);
+}
+
+TEST_F(GrpcApiTest, StopStringEndsGenerationBeforeIt) {
+  const Stream base = Generate(stub(), PromptRequest(kPrompt, 24));
+  ASSERT_TRUE(WellFormed(base));
+  const std::string& t = base.text;
+  ASSERT_GE(t.size(), 6u) << "too little text to pick a stop string from: '" << t << "'";
+  // A 2-character stop string from the middle of the text, whose first occurrence is where we
+  // took it (so that the expected cut is known and not at 0).
+  std::string stop;
+  size_t at = 0;
+  for (size_t i = t.size() / 2; i > 0 && stop.empty(); --i) {
+    if (!IsUtf8Start(t, i)) continue;
+    const size_t n1 = Utf8Len(t, i);
+    if (i + n1 >= t.size()) continue;
+    const std::string cand = t.substr(i, n1 + Utf8Len(t, i + n1));
+    if (t.find(cand) == i) {
+      stop = cand;
+      at = i;
+    }
+  }
+  ASSERT_FALSE(stop.empty()) << "no usable stop string in '" << t << "'";
+
+  v1::GenerateRequest req = PromptRequest(kPrompt, 24);
+  req.mutable_sampling()->add_stop("zzzz-never-generated");
+  req.mutable_sampling()->add_stop(stop);
+  const Stream s = Generate(stub(), req);
+  ASSERT_TRUE(WellFormed(s));
+  EXPECT_EQ(s.last().finish_reason(), v1::FINISH_REASON_STOP) << s.last().ShortDebugString();
+  EXPECT_EQ(s.last().matched_stop_case(), v1::GenerateResponse::kStopString);
+  EXPECT_EQ(s.last().stop_string(), stop);
+  EXPECT_EQ(s.text, t.substr(0, at)) << "stop string '" << stop << "' in '" << t << "'";
+  EXPECT_LT(s.last().usage().completion_tokens(), base.last().usage().completion_tokens());
+}
+
+TEST_F(GrpcApiTest, SeededSamplingIsReproducible) {
+  auto sampled = [&](uint64_t seed) {
+    v1::GenerateRequest req = PromptRequest(kPrompt, 16);
+    req.mutable_sampling()->set_temperature(0.8f);
+    req.mutable_sampling()->set_seed(seed);
+    req.set_return_token_ids(true);
+    return Generate(stub(), req);
+  };
+  const Stream a = sampled(7);
+  const Stream b = sampled(7);
+  ASSERT_TRUE(WellFormed(a));
+  ASSERT_TRUE(WellFormed(b));
+  ASSERT_FALSE(a.token_ids.empty());
+  EXPECT_EQ(a.token_ids, b.token_ids);
+  EXPECT_EQ(a.text, b.text);
+}
+
+TEST_F(GrpcApiTest, AbortEndsARunningRequest) {
+  v1::GenerateRequest req = PromptRequest(kPrompt, 1000);
+  req.mutable_sampling()->set_ignore_eos(true);
+  const std::string id = "abort-me-" + std::to_string(getpid());
+  req.set_request_id(id);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + seconds(60));
+  auto reader = stub().Generate(&ctx, req);
+  Stream s;
+  v1::GenerateResponse r;
+  ASSERT_TRUE(reader->Read(&r)) << reader->Finish().error_message();
+  ASSERT_FALSE(r.finished()) << "finished before it could be aborted: " << r.ShortDebugString();
+  s.responses.push_back(r);
+
+  grpc::ClientContext abort_ctx;
+  v1::AbortRequest abort;
+  abort.set_request_id(id);
+  v1::AbortResponse found;
+  ASSERT_TRUE(stub().Abort(&abort_ctx, abort, &found).ok());
+  EXPECT_TRUE(found.found());
+
+  while (reader->Read(&r)) s.responses.push_back(r);
+  s.status = reader->Finish();
+  ASSERT_TRUE(WellFormed(s));
+  EXPECT_EQ(s.last().finish_reason(), v1::FINISH_REASON_ABORT) << s.last().ShortDebugString();
+  EXPECT_EQ(s.last().request_id(), id);
+  EXPECT_LT(s.last().usage().completion_tokens(), 1000u);
+
+  grpc::ClientContext again_ctx;
+  v1::AbortResponse again;
+  ASSERT_TRUE(stub().Abort(&again_ctx, abort, &again).ok());
+  EXPECT_FALSE(again.found()) << "a finished request is no longer abortable";
+
+  // The slot is free again (--max-in-flight 1): a new request runs.
+  const Stream next = Generate(stub(), PromptRequest(kPrompt, 4));
+  EXPECT_TRUE(WellFormed(next));
+}
+
+// With --max-in-flight 1, a second request waits in the router's queue behind a long one; Abort
+// finds it there and ends it before it ever runs.
+TEST_F(GrpcApiTest, AbortEndsAQueuedRequest) {
+  v1::GenerateRequest long_req = PromptRequest(kPrompt, 1000);
+  long_req.mutable_sampling()->set_ignore_eos(true);
+  long_req.set_request_id("long-" + std::to_string(getpid()));
+  grpc::ClientContext long_ctx;
+  long_ctx.set_deadline(std::chrono::system_clock::now() + seconds(60));
+  auto long_reader = stub().Generate(&long_ctx, long_req);
+  v1::GenerateResponse r;
+  ASSERT_TRUE(long_reader->Read(&r)) << long_reader->Finish().error_message();
+  ASSERT_FALSE(r.finished());
+
+  // The queued one runs on its own thread: its call blocks until it is admitted or ended.
+  const std::string queued_id = "queued-" + std::to_string(getpid());
+  Stream queued;
+  std::thread t([&] {
+    v1::GenerateRequest q = PromptRequest(kPrompt, 8);
+    q.set_request_id(queued_id);
+    queued = Generate(stub(), q);
+  });
+  // Abort it once the router knows it (Abort says found = false until then).
+  v1::AbortRequest abort;
+  abort.set_request_id(queued_id);
+  bool found = false;
+  const auto end = Clock::now() + seconds(10);
+  while (!found && Clock::now() < end) {
+    grpc::ClientContext ctx;
+    v1::AbortResponse resp;
+    ASSERT_TRUE(stub().Abort(&ctx, abort, &resp).ok());
+    found = resp.found();
+    if (!found) std::this_thread::sleep_for(milliseconds(5));
+  }
+  EXPECT_TRUE(found);
+  t.join();
+  // It never generated anything; the router ends it either with a final ABORT response or (as
+  // an error before streaming) a CANCELLED status.
+  EXPECT_TRUE(queued.token_ids.empty() && queued.text.empty()) << queued.text;
+  if (queued.status.ok()) {
+    ASSERT_TRUE(WellFormed(queued));
+    EXPECT_EQ(queued.last().finish_reason(), v1::FINISH_REASON_ABORT);
+    EXPECT_EQ(queued.last().usage().completion_tokens(), 0u);
+  } else {
+    EXPECT_EQ(queued.status.error_code(), grpc::StatusCode::CANCELLED)
+        << queued.status.error_message();
+    EXPECT_TRUE(queued.responses.empty());
+  }
+  // The long one is still running, and still abortable.
+  grpc::ClientContext ctx;
+  v1::AbortResponse resp;
+  abort.set_request_id(long_req.request_id());
+  ASSERT_TRUE(stub().Abort(&ctx, abort, &resp).ok());
+  EXPECT_TRUE(resp.found());
+  while (long_reader->Read(&r)) {
+  }
+  EXPECT_TRUE(r.finished());
+  EXPECT_EQ(r.finish_reason(), v1::FINISH_REASON_ABORT);
+  EXPECT_TRUE(long_reader->Finish().ok());
+}
+
+TEST_F(GrpcApiTest, ClientCancelFreesTheRouterForTheNextRequest) {
+  const std::string cancelled = "dq_requests_total{outcome=\"cancelled\"}";
+  const double before = Metric(http_port(), cancelled);
+  ASSERT_GE(before, 0) << "no " << cancelled << " in /metrics";
+  {
+    v1::GenerateRequest req = PromptRequest(kPrompt, 1000);
+    req.mutable_sampling()->set_ignore_eos(true);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(60));
+    auto reader = stub().Generate(&ctx, req);
+    v1::GenerateResponse r;
+    ASSERT_TRUE(reader->Read(&r));
+    ASSERT_FALSE(r.finished());
+    ctx.TryCancel();
+    while (reader->Read(&r)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  // The router noticed (it counts the request as cancelled) and released its slot.
+  const auto end = Clock::now() + seconds(10);
+  while (Clock::now() < end && Metric(http_port(), cancelled) < before + 1) {
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  EXPECT_EQ(Metric(http_port(), cancelled), before + 1);
+  // --max-in-flight 1: this only runs once the cancelled request is gone.
+  const auto start = Clock::now();
+  const Stream next = Generate(stub(), PromptRequest(kPrompt, 8));
+  ASSERT_TRUE(WellFormed(next));
+  EXPECT_GT(next.last().usage().completion_tokens(), 0u);
+  EXPECT_LT(Clock::now() - start, seconds(20));
+  EXPECT_EQ(Metric(http_port(), "dq_requests_running"), 0);
+}
+
+TEST_F(GrpcApiTest, BadTemperatureIsInvalidArgument) {
+  v1::GenerateRequest req = PromptRequest(kPrompt, 4);
+  req.mutable_sampling()->set_temperature(5);
+  const Stream s = Generate(stub(), req);
+  EXPECT_EQ(s.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.status.error_message();
+  EXPECT_NE(s.status.error_message().find("temperature"), std::string::npos)
+      << s.status.error_message();
+  EXPECT_TRUE(s.responses.empty());
+}
+
+TEST_F(GrpcApiTest, EmptyInputIsInvalidArgument) {
+  v1::GenerateRequest none;  // no input at all
+  none.mutable_sampling()->set_max_tokens(4);
+  const Stream a = Generate(stub(), none);
+  EXPECT_EQ(a.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << a.status.error_message();
+  EXPECT_NE(a.status.error_message().find("input"), std::string::npos) << a.status.error_message();
+  EXPECT_TRUE(a.responses.empty());
+
+  const Stream b = Generate(stub(), PromptRequest("", 4));
+  EXPECT_EQ(b.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << b.status.error_message();
+  EXPECT_NE(b.status.error_message().find("prompt"), std::string::npos) << b.status.error_message();
+
+  v1::GenerateRequest no_ids;
+  no_ids.mutable_prompt_token_ids();
+  no_ids.mutable_sampling()->set_max_tokens(4);
+  const Stream c = Generate(stub(), no_ids);
+  EXPECT_EQ(c.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.status.error_message();
+
+  v1::GenerateRequest no_messages;
+  no_messages.mutable_chat()->set_add_generation_prompt(true);
+  const Stream d = Generate(stub(), no_messages);
+  EXPECT_EQ(d.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << d.status.error_message();
+  EXPECT_NE(d.status.error_message().find("messages"), std::string::npos)
+      << d.status.error_message();
+}
+
+TEST_F(GrpcApiTest, UnknownModelIsNotFound) {
+  v1::GenerateRequest req = PromptRequest(kPrompt, 4);
+  req.set_model("gpt-17");
+  const Stream s = Generate(stub(), req);
+  EXPECT_EQ(s.status.error_code(), grpc::StatusCode::NOT_FOUND) << s.status.error_message();
+  EXPECT_NE(s.status.error_message().find("gpt-17"), std::string::npos) << s.status.error_message();
+  EXPECT_TRUE(s.responses.empty());
+  // The served name works.
+  req.set_model("tiny-qwen3");
+  EXPECT_TRUE(WellFormed(Generate(stub(), req)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// An API key (env DQ_API_KEY): every call but Health needs "authorization: Bearer <key>".
+
+class GrpcApiKeyTest : public ::testing::Test {
+ protected:
+  static constexpr char kKey[] = "grpc-test-key-42";
+  static void SetUpTestSuite() {
+    deployment_ = new Deployment({TinyModel(), kKey, {}});
+    start_error_ = deployment_->Start();
+  }
+  static void TearDownTestSuite() {
+    if (deployment_ == nullptr) return;
+    EXPECT_EQ(deployment_->Stop(), "") << "the deployment did not shut down cleanly";
+    delete deployment_;
+    deployment_ = nullptr;
+  }
+  void SetUp() override { ASSERT_EQ(start_error_, "") << "the deployment did not start"; }
+  v1::DqServe::Stub& stub() { return deployment_->stub(); }
+
+  static Deployment* deployment_;
+  static std::string start_error_;
+};
+
+Deployment* GrpcApiKeyTest::deployment_ = nullptr;
+std::string GrpcApiKeyTest::start_error_;
+
+TEST_F(GrpcApiKeyTest, CallsNeedTheBearerKey) {
+  for (const std::string key : {"", "wrong-key"}) {
+    SCOPED_TRACE("key '" + key + "'");
+    grpc::ClientContext models_ctx;
+    AddAuth(models_ctx, key);
+    v1::ModelsResponse models;
+    EXPECT_EQ(stub().Models(&models_ctx, v1::ModelsRequest(), &models).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+
+    const Stream s = Generate(stub(), PromptRequest(kPrompt, 4), key);
+    EXPECT_EQ(s.status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.status.error_message();
+    EXPECT_TRUE(s.responses.empty());
+
+    grpc::ClientContext abort_ctx;
+    AddAuth(abort_ctx, key);
+    v1::AbortRequest abort;
+    abort.set_request_id("whatever");
+    v1::AbortResponse found;
+    EXPECT_EQ(stub().Abort(&abort_ctx, abort, &found).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+  // A non-Bearer scheme with the right key is refused too.
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", std::string("Basic ") + kKey);
+    v1::ModelsResponse models;
+    EXPECT_EQ(stub().Models(&ctx, v1::ModelsRequest(), &models).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+}
+
+TEST_F(GrpcApiKeyTest, TheRightKeyIsAcceptedAndHealthIsExempt) {
+  grpc::ClientContext models_ctx;
+  AddAuth(models_ctx, kKey);
+  v1::ModelsResponse models;
+  const grpc::Status ms = stub().Models(&models_ctx, v1::ModelsRequest(), &models);
+  ASSERT_TRUE(ms.ok()) << ms.error_message();
+  EXPECT_EQ(models.models_size(), 1);
+
+  const Stream s = Generate(stub(), PromptRequest(kPrompt, 4), kKey);
+  EXPECT_TRUE(WellFormed(s));
+
+  grpc::ClientContext abort_ctx;
+  AddAuth(abort_ctx, kKey);
+  v1::AbortRequest abort;
+  abort.set_request_id("no-such-request");
+  v1::AbortResponse found;
+  ASSERT_TRUE(stub().Abort(&abort_ctx, abort, &found).ok());
+  EXPECT_FALSE(found.found());
+
+  grpc::ClientContext health_ctx;  // no key
+  v1::HealthResponse health;
+  const grpc::Status hs = stub().Health(&health_ctx, v1::HealthRequest(), &health);
+  ASSERT_TRUE(hs.ok()) << hs.error_message();
+  EXPECT_EQ(health.status(), v1::SERVING_STATUS_SERVING);
+}
+
+// ---------------------------------------------------------------------------------------------
+// SmolLM2-135M-Instruct: a real model, so the answer's text can be checked.
+
+class GrpcSmolTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    deployment_ = new Deployment({SmolModel(), "", {}});
+    start_error_ = deployment_->Start();
+  }
+  static void TearDownTestSuite() {
+    if (deployment_ == nullptr) return;
+    EXPECT_EQ(deployment_->Stop(), "") << "the deployment did not shut down cleanly";
+    delete deployment_;
+    deployment_ = nullptr;
+  }
+  void SetUp() override { ASSERT_EQ(start_error_, "") << "the deployment did not start"; }
+
+  static Deployment* deployment_;
+  static std::string start_error_;
+};
+
+Deployment* GrpcSmolTest::deployment_ = nullptr;
+std::string GrpcSmolTest::start_error_;
+
+TEST_F(GrpcSmolTest, ChatAnswerNamesParisAndMatchesHttp) {
+  const std::string question = "What is the capital of France?";
+  const Stream s = Generate(deployment_->stub(), ChatRequest(question, 24));
+  ASSERT_TRUE(WellFormed(s));
+  EXPECT_NE(s.text.find("Paris"), std::string::npos) << s.text;
+  EXPECT_GT(s.last().usage().ttft_ms(), 0.0f);
+  EXPECT_GT(s.responses.size(), 2u) << "the answer should stream in several deltas";
+
+  auto [status, body] = HttpJson(deployment_->http_port(), "POST", "/v1/chat/completions",
+                                 {{"messages", {{{"role", "user"}, {"content", question}}}},
+                                  {"max_tokens", 24},
+                                  {"temperature", 0}});
+  ASSERT_EQ(status, 200) << body.dump();
+  EXPECT_EQ(s.text, body["choices"][0]["message"]["content"].get<std::string>());
+}
+
+}  // namespace
