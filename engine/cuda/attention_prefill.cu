@@ -287,7 +287,7 @@ constexpr int WgSmemBytes() {
   return 1024 + (kWgBlockM + 4 * kBlockN) * kHeadDim * 2;  // Q + 2 stages of K and V + alignment
 }
 
-template <int kHeadDim, int kBlockN, int kMinBlocks>
+template <int kHeadDim, int kBlockN, int kMinBlocks, bool kPingPong>
 __global__ void __launch_bounds__(kWgThreads, kMinBlocks)
     PrefillWgmmaKernel(PrefillAttentionArgs a, KvCacheLayer c) {
   constexpr int kChunks = kHeadDim / 8, kQRowsPerPass = kWgThreads / kChunks;
@@ -345,6 +345,9 @@ __global__ void __launch_bounds__(kWgThreads, kMinBlocks)
     CpAsyncCommit();
 
     float s[kSAcc];
+    // Ping-pong: warpgroup 1 issues its S = Q K^T only after warpgroup 0 has, so the tensor cores
+    // run warpgroup 1's GEMM while warpgroup 0 does its softmax, and 0's P V while 1 does its.
+    if (kPingPong && wg == 1) asm volatile("bar.sync 1, 256;\n" ::: "memory");
     wgmma::FenceRegs(s);
     wgmma::Fence();
 #pragma unroll
@@ -355,6 +358,7 @@ __global__ void __launch_bounds__(kWgThreads, kMinBlocks)
       WgmmaSS<kBlockN>(s, da, db, kk > 0 ? 1 : 0);
     }
     wgmma::Commit();
+    if (kPingPong && wg == 0) asm volatile("bar.arrive 1, 256;\n" ::: "memory");
     wgmma::Wait<0>();
     wgmma::FenceRegs(s);
 
@@ -420,16 +424,16 @@ __global__ void __launch_bounds__(kWgThreads, kMinBlocks)
     __nv_bfloat16* dst = a.out + int64_t{q_begin + m0 + row} * out_stride + h * kHeadDim + 2 * t;
 #pragma unroll
     for (int dt = 0; dt < kHeadDim / 8; ++dt) {
-      *reinterpret_cast<__nv_bfloat162*>(dst + dt * 8) = __floats2bfloat162_rn(
-          o[dt * 4 + 2 * r] * row_sum[r], o[dt * 4 + 2 * r + 1] * row_sum[r]);
+      *reinterpret_cast<__nv_bfloat162*>(dst + dt * 8) =
+          __floats2bfloat162_rn(o[dt * 4 + 2 * r] * row_sum[r], o[dt * 4 + 2 * r + 1] * row_sum[r]);
     }
   }
 }
 
-template <int kHeadDim, int kBlockN, int kMinBlocks>
+template <int kHeadDim, int kBlockN, int kMinBlocks, bool kPingPong>
 void LaunchWgmma(const PrefillAttentionArgs& a, const KvCacheLayer& c, cudaStream_t stream) {
   constexpr int kSmem = WgSmemBytes<kHeadDim, kBlockN>();
-  auto kernel = PrefillWgmmaKernel<kHeadDim, kBlockN, kMinBlocks>;
+  auto kernel = PrefillWgmmaKernel<kHeadDim, kBlockN, kMinBlocks, kPingPong>;
   // Not a stream operation, so it is allowed during graph capture.
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const dim3 grid((a.max_q_len + kWgBlockM - 1) / kWgBlockM, a.num_heads, a.num_seqs);
@@ -437,14 +441,18 @@ void LaunchWgmma(const PrefillAttentionArgs& a, const KvCacheLayer& c, cudaStrea
   CUDA_CHECK_LAUNCH();
 }
 
-// Kernel choice: "wg128" (wgmma, 128-key tiles, 1 block/SM; the default), "wg64" (64-key tiles,
-// 2 blocks/SM) or "mma" (the mma.sync kernel); DQ_PREFILL_KERNEL overrides it for tuning.
+// Kernel choice: wgmma with 64-key tiles, 2 blocks/SM and ping-pong warpgroups (the default);
+// DQ_PREFILL_KERNEL = wg64 / wg128 / wg128pp (no ping-pong; 128-key tiles, 1 block/SM) or mma (the
+// mma.sync kernel) overrides it, for tuning and comparison.
 template <int kHeadDim>
 void Launch(const PrefillAttentionArgs& a, const KvCacheLayer& c, cudaStream_t stream) {
   const char* v = std::getenv("DQ_PREFILL_KERNEL");
-  if (v && std::strcmp(v, "mma") == 0) return LaunchMma<kHeadDim>(a, c, stream);
-  if (v && std::strcmp(v, "wg64") == 0) return LaunchWgmma<kHeadDim, 64, 2>(a, c, stream);
-  return LaunchWgmma<kHeadDim, 128, 1>(a, c, stream);
+  const auto is = [&](const char* name) { return v && std::strcmp(v, name) == 0; };
+  if (is("mma")) return LaunchMma<kHeadDim>(a, c, stream);
+  if (is("wg64")) return LaunchWgmma<kHeadDim, 64, 2, false>(a, c, stream);
+  if (is("wg128")) return LaunchWgmma<kHeadDim, 128, 1, false>(a, c, stream);
+  if (is("wg128pp")) return LaunchWgmma<kHeadDim, 128, 1, true>(a, c, stream);
+  return LaunchWgmma<kHeadDim, 64, 2, true>(a, c, stream);
 }
 
 }  // namespace

@@ -67,7 +67,7 @@ struct Cache {
   KvCacheLayer layer;
 };
 
-std::string PrefillTiming(int tokens) {
+std::string PrefillTiming(int tokens, const char* kernel) {
   Cache cache(1, tokens);
   DeviceBuffer q(int64_t{tokens} * kHeads * kHeadDim * 2), out(q.bytes());
   CUDA_CHECK(cudaMemset(q.get(), 0x3c, q.bytes()));
@@ -87,17 +87,17 @@ std::string PrefillTiming(int tokens) {
   // Causal: QK^T and PV over T^2 / 2 pairs, 2 flops per multiply-add.
   const double flops = 4.0 * 0.5 * double(tokens) * tokens * kHeadDim * kHeads;
   const double tflops = flops / (ms * 1e-3) / 1e12;
-  std::printf("prefill attention qwen3-4b T=%d: %.3f ms, %.1f TFLOP/s (%.1f%% of %.0f)\n", tokens,
-              ms, tflops, 100 * tflops / kPeakTflops, kPeakTflops);
+  std::printf("prefill attention qwen3-4b T=%d [%s]: %.3f ms, %.1f TFLOP/s (%.1f%% of %.0f)\n",
+              tokens, kernel, ms, tflops, 100 * tflops / kPeakTflops, kPeakTflops);
   char buf[256];
   std::snprintf(buf, sizeof buf,
-                "{\"op\": \"prefill_attention\", \"tokens\": %d, \"ms\": %.4f, \"tflops\": %.2f, "
-                "\"peak_tflops\": %.0f}",
-                tokens, ms, tflops, kPeakTflops);
+                "{\"op\": \"prefill_attention\", \"kernel\": \"%s\", \"tokens\": %d, \"ms\": %.4f, "
+                "\"tflops\": %.2f, \"peak_tflops\": %.0f}",
+                kernel, tokens, ms, tflops, kPeakTflops);
   return buf;
 }
 
-std::string DecodeTiming(int seqs, int ctx) {
+std::string DecodeTiming(int seqs, int ctx, const char* stages) {
   Cache cache(seqs, ctx);
   DeviceBuffer q(int64_t{seqs} * kHeads * kHeadDim * 2), out(q.bytes());
   CUDA_CHECK(cudaMemset(q.get(), 0x3c, q.bytes()));
@@ -120,24 +120,35 @@ std::string DecodeTiming(int seqs, int ctx) {
   const double bytes = 2.0 * seqs * double(ctx) * kKvHeads * kHeadDim * 2;
   const double tbps = bytes / (ms * 1e-3) / 1e12;
   std::printf(
-      "decode attention qwen3-4b seqs=%d ctx=%d: %.1f us, %.0f GB/s (%.1f%% of %.1f TB/s)\n", seqs,
-      ctx, ms * 1e3, tbps * 1e3, 100 * tbps / kPeakTbps, kPeakTbps);
+      "decode attention qwen3-4b seqs=%d ctx=%d [stages %s]: %.1f us, %.0f GB/s (%.1f%% of %.1f "
+      "TB/s)\n",
+      seqs, ctx, stages, ms * 1e3, tbps * 1e3, 100 * tbps / kPeakTbps, kPeakTbps);
   char buf[256];
   std::snprintf(buf, sizeof buf,
-                "{\"op\": \"decode_attention\", \"seqs\": %d, \"context\": %d, \"us\": %.2f, "
-                "\"kv_bytes\": %.0f, \"gbps\": %.1f, \"peak_gbps\": %.0f}",
-                seqs, ctx, ms * 1e3, bytes, tbps * 1e3, kPeakTbps * 1e3);
+                "{\"op\": \"decode_attention\", \"stages\": %s, \"seqs\": %d, \"context\": %d, "
+                "\"us\": %.2f, \"kv_bytes\": %.0f, \"gbps\": %.1f, \"peak_gbps\": %.0f}",
+                stages, seqs, ctx, ms * 1e3, bytes, tbps * 1e3, kPeakTbps * 1e3);
   return buf;
 }
 
 TEST(GpuAttentionTiming, Qwen3Shape) {
   DQ_REQUIRE_GPU();
   std::vector<std::string> rows;
-  rows.push_back(PrefillTiming(8192));
-  rows.push_back(PrefillTiming(2048));
-  for (int seqs : {1, 8}) {
-    for (int ctx : {8192, 32768}) rows.push_back(DecodeTiming(seqs, ctx));
+  // Each kernel variant (selected through the environment, as a tuning override) in turn.
+  for (const char* kernel : {"wg64pp", "wg64", "wg128pp", "wg128", "mma"}) {
+    setenv("DQ_PREFILL_KERNEL", kernel, 1);
+    rows.push_back(PrefillTiming(8192, kernel));
+    rows.push_back(PrefillTiming(2048, kernel));
   }
+  unsetenv("DQ_PREFILL_KERNEL");
+  for (const char* stages : {"3", "4"}) {
+    setenv("DQ_DECODE_STAGES", stages, 1);
+    for (int seqs : {1, 8}) {
+      for (int ctx : {8192, 32768}) rows.push_back(DecodeTiming(seqs, ctx, stages));
+    }
+    rows.push_back(DecodeTiming(32, 4096, stages));
+  }
+  unsetenv("DQ_DECODE_STAGES");
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   const char* out_dir = std::getenv("OUT");
