@@ -59,10 +59,235 @@ struct IntFormat {
   }
 };
 
+// ---------------------------------------------------------------------------------------------
+// Tensor-core path for int4 / int2 (IntMmaLayout): the codes are repacked at upload (RepackInt
+// in weight_only.cu) so that one 16-byte load per lane feeds mma.sync m16n8k16 directly.
+//
+// A warp tile is 8 output rows × 16 inputs: x is the A operand (rows = the m ≤ 8 activation
+// rows, rows 8..15 zero), the weight tile is B (its 8 columns = output rows), fp32 accumulate.
+// Lane (g = lane / 4, t = lane % 4) owns output row g's codes and activation row g. The codes are
+// converted exactly to bf16x2 pairs with a shift, one lop3 (the code ORed into the mantissa of
+// bf16 128.0) and one packed subtraction of 128 + z (exact: small integers), so each weight
+// costs ~1.5 instructions. The group scale is hoisted: the mma chain over one group gives
+// Σ (q − z)·x in fp32, multiplied by s once per group (a reordering of the fp32 sums).
+//
+// Layout of one row (RepackInt): blocks of 64 bytes = kCodes = 512 / bits codes. In a block,
+// lane t reads words 4t..4t+3. Mma pair Q (inputs 32Q..32Q+31 of the block) takes from lane t
+// the 8 consecutive inputs 32Q + 8t + i8 (mma 2Q + i8 / 4, element i = i8 % 4); mma M lives in
+// word v = M / (8 / bits) of lane t, sub-mma h = M % (8 / bits), and element i at code position
+// (2h + i / 2) + (i % 2)·P with P = 16 / bits: so pair p of a word (positions p, p + P, i.e. bits
+// bits·p and 16 + bits·p) is one bf16x2 register, in the order the mma's k slots want.
+__device__ __forceinline__ uint4 LoadStream16(const uint8_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ void MmaBf16(float c[4], uint32_t a0, uint32_t a2, uint32_t b0,
+                                        uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+}
+
+// bf16x2 of (q_lo − z, q_hi − z) from the code pair at bits `shift` and 16 + `shift` of w.
+template <int kBits>
+__device__ __forceinline__ uint32_t CodePair(uint32_t w, int shift, uint32_t zb) {
+  constexpr uint32_t kMask = ((1u << kBits) - 1) * 0x00010001u;
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w >> shift), "r"(kMask), "r"(0x43004300u));
+  const __nv_bfloat162 d = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&r),
+                                   *reinterpret_cast<const __nv_bfloat162*>(&zb));
+  return *reinterpret_cast<const uint32_t*>(&d);
+}
+
+constexpr int kMmaWarps = 4;  // warps per CTA, splitting the input dimension of one 8-row tile
+
+template <int kBits, int kGroup, int U>
+__global__ void __launch_bounds__(kMmaWarps * 32) IntMmaGemvKernel(const GemvParams p, int m) {
+  using L = IntMmaLayoutInfo<kBits>;
+  constexpr int kGroupsPerBlock = L::kCodes / kGroup;
+  constexpr int kPairsPerGroup = kGroup / 32;
+  GridDepLaunch();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t row0 = int64_t{blockIdx.x} * 8;
+  const int64_t crow = row0 + g < p.out ? row0 + g : p.out - 1;
+  const int64_t srow0 = row0 + 2 * t < p.out ? row0 + 2 * t : p.out - 1;
+  const int64_t srow1 = row0 + 2 * t + 1 < p.out ? row0 + 2 * t + 1 : p.out - 1;
+  const int nblocks = static_cast<int>(p.in / L::kCodes);
+  const uint8_t* cptr = p.codes + crow * p.codes_row + 16 * t;
+  const uint8_t* zptr = p.aux + crow * p.aux_row;
+  const __half* s0ptr = reinterpret_cast<const __half*>(p.scales + srow0 * p.scales_row);
+  const __half* s1ptr = reinterpret_cast<const __half*>(p.scales + srow1 * p.scales_row);
+  const bool has_x = g < m;
+  const __nv_bfloat16* xrow = p.x + int64_t{has_x ? g : 0} * p.in + 8 * t;
+  float acc0 = 0.0f, acc1 = 0.0f;
+  bool waited = false;
+  for (int base = warp; base < nblocks; base += kMmaWarps * U) {
+    uint4 q[U];
+    uint32_t zb[U][kGroupsPerBlock];
+    float s0[U][kGroupsPerBlock], s1[U][kGroupsPerBlock];
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const int b = base + kMmaWarps * i;
+      if (b < nblocks) {
+        q[i] = LoadStream16(cptr + int64_t{b} * 64);
+#pragma unroll
+        for (int j = 0; j < kGroupsPerBlock; ++j) {
+          const int gi = b * kGroupsPerBlock + j;
+          zb[i][j] = 0x43004300u + __ldg(zptr + gi) * 0x00010001u;
+          s0[i][j] = __half2float(__ldg(s0ptr + gi));
+          s1[i][j] = __half2float(__ldg(s1ptr + gi));
+        }
+      }
+    }
+    if (!waited) {
+      GridDepWait();
+      waited = true;
+    }
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const int b = base + kMmaWarps * i;
+      if (b >= nblocks) break;
+      const uint32_t w[4] = {q[i].x, q[i].y, q[i].z, q[i].w};
+      uint4 xv[L::kPairs];
+#pragma unroll
+      for (int Q = 0; Q < L::kPairs; ++Q) {
+        xv[Q] = has_x
+                    ? __ldg(reinterpret_cast<const uint4*>(xrow + int64_t{b} * L::kCodes + 32 * Q))
+                    : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int j = 0; j < kGroupsPerBlock; ++j) {
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int Qg = 0; Qg < kPairsPerGroup; ++Qg) {
+          const int Q = j * kPairsPerGroup + Qg;
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int M = 2 * Q + e, v = M / L::kMmaPerWord, h = M % L::kMmaPerWord;
+            const uint32_t b0 = CodePair<kBits>(w[v], kBits * (2 * h), zb[i][j]);
+            const uint32_t b1 = CodePair<kBits>(w[v], kBits * (2 * h + 1), zb[i][j]);
+            MmaBf16(c, e ? xv[Q].z : xv[Q].x, e ? xv[Q].w : xv[Q].y, b0, b1);
+          }
+        }
+        acc0 = fmaf(s0[i][j], c[0], acc0);
+        acc1 = fmaf(s1[i][j], c[1], acc1);
+      }
+    }
+  }
+  if (!waited) GridDepWait();
+  __shared__ float red[kMmaWarps - 1][32][2];
+  if (warp > 0) {
+    red[warp - 1][lane][0] = acc0;
+    red[warp - 1][lane][1] = acc1;
+  }
+  __syncthreads();
+  if (warp != 0 || !has_x) return;
+#pragma unroll
+  for (int k = 0; k < kMmaWarps - 1; ++k) {
+    acc0 += red[k][lane][0];
+    acc1 += red[k][lane][1];
+  }
+  const float v[2] = {acc0, acc1};
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int64_t r = row0 + 2 * t + e;
+    if (r >= p.out) continue;
+    const int64_t idx = int64_t{g} * p.out + r;
+    if (p.y_acc != nullptr) {
+      p.y_acc[idx] += v[e];
+    } else {
+      p.y[idx] = __float2bfloat16_rn(v[e]);
+    }
+  }
+}
+
+// DequantizeToBf16 of the repacked layout: one unit = one 64-byte block of a row.
+template <int kBits>
+struct IntMmaFormat {
+  using L = IntMmaLayoutInfo<kBits>;
+  static constexpr int kUnit = L::kCodes;
+  static constexpr int kPieces = kUnit / 32;
+  struct Raw {
+    uint32_t q[16];
+    float s[kPieces];
+    uint32_t z[kPieces];
+  };
+  __device__ static Raw Load(const GemvParams& p, int64_t row, int u) {
+    Raw r;
+    const uint8_t* src = p.codes + row * p.codes_row + int64_t{u} * 64;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint4 v = LoadAligned<uint4>(src + 16 * i);
+      r.q[4 * i] = v.x;
+      r.q[4 * i + 1] = v.y;
+      r.q[4 * i + 2] = v.z;
+      r.q[4 * i + 3] = v.w;
+    }
+#pragma unroll
+    for (int h = 0; h < kPieces; ++h) {
+      const int64_t g = (int64_t{u} * kUnit + 32 * h) >> p.group_shift;
+      r.s[h] = F16BitsToFloat(LoadAligned<uint16_t>(p.scales + row * p.scales_row + 2 * g));
+      r.z[h] = p.aux[row * p.aux_row + g];
+    }
+    return r;
+  }
+  __device__ static void Decode8(const Raw& r, int c, float w[8]) {
+    constexpr uint32_t kMask = (1u << kBits) - 1;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int k = 8 * c + i;
+      const uint32_t code = (r.q[L::Word(k)] >> (kBits * L::Pos(k))) & kMask;
+      w[i] = __fmul_rn(IntDiff(code, r.z[k / 32]), r.s[k / 32]);
+    }
+  }
+};
+
+template <int kBits, int kGroup>
+void LaunchIntMma(const GemvParams& p, int m, cudaStream_t stream) {
+  constexpr int U = kBits == 4 ? 4 : 2;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>((p.out + 7) / 8));
+  cfg.blockDim = dim3(kMmaWarps * 32);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, IntMmaGemvKernel<kBits, kGroup, U>, p, m));
+}
+
+template <int kBits>
+void RunIntMma(const GemvParams& p, int m, __nv_bfloat16* dequant_out, cudaStream_t stream) {
+  if (dequant_out != nullptr) return LaunchDequant<IntMmaFormat<kBits>>(p, dequant_out, stream);
+  switch (p.group_shift) {
+    case 5:
+      return LaunchIntMma<kBits, 32>(p, m, stream);
+    case 6:
+      return LaunchIntMma<kBits, 64>(p, m, stream);
+    default:
+      return LaunchIntMma<kBits, 128>(p, m, stream);
+  }
+}
+
 }  // namespace
 
 bool LaunchIntFamily(int bits, const GemvParams& p, int m, __nv_bfloat16* dequant_out,
                      cudaStream_t stream) {
+  if (IntMmaLayout(bits, 1 << p.group_shift, p.in)) {
+    if (bits == 4) {
+      RunIntMma<4>(p, m, dequant_out, stream);
+    } else {
+      RunIntMma<2>(p, m, dequant_out, stream);
+    }
+    return true;
+  }
   switch (bits) {
     case 2:
       RunFormat<IntFormat<2>>(p, m, dequant_out, stream);

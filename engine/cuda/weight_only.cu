@@ -122,6 +122,29 @@ void SplitGguf(const LinearWeight& w, std::vector<uint8_t>* codes, std::vector<u
   }
 }
 
+// The int4 / int2 codes in the tensor-core layout (wo::IntMmaLayoutInfo): each 64-byte block of
+// a row (LSB-first stream of 512 / bits codes) rearranged code by code.
+template <int kBits>
+std::vector<uint8_t> RepackInt(const ComponentView& c, int64_t out, int64_t in) {
+  using L = wo::IntMmaLayoutInfo<kBits>;
+  const int64_t row_bytes = in * kBits / 8;
+  std::vector<uint8_t> dst(out * row_bytes, 0);
+  constexpr uint32_t kMask = (1u << kBits) - 1;
+  for (int64_t r = 0; r < out; ++r) {
+    const uint8_t* src = c.data + r * row_bytes;
+    for (int64_t b = 0; b < in / L::kCodes; ++b) {
+      uint32_t words[16] = {};
+      for (int k = 0; k < L::kCodes; ++k) {
+        const int64_t bit = (b * L::kCodes + k) * kBits;
+        const uint32_t code = (src[bit / 8] >> (bit % 8)) & kMask;
+        words[L::Word(k)] |= code << (kBits * L::Pos(k));
+      }
+      std::memcpy(dst.data() + r * row_bytes + b * 64, words, 64);
+    }
+  }
+  return dst;
+}
+
 wo::GemvParams Params(const WeightOnlyWeights& w) {
   wo::GemvParams p;
   p.codes = w.packed.get<uint8_t>();
@@ -178,7 +201,13 @@ absl::StatusOr<WeightOnlyWeights> UploadWeightOnly(const LinearWeight& w) {
     if (scheme.rfind("int", 0) == 0) {
       d.format = WeightOnlyFormat::kInt;
       d.group_size = w.quantized.group_size == 0 ? kIntDefaultGroupSize : w.quantized.group_size;
-      d.packed = Upload(Part(w, "qweight"));
+      if (wo::IntMmaLayout(d.bits, d.group_size, d.in_features)) {
+        const ComponentView& q = Part(w, "qweight");
+        d.packed = DeviceBuffer::From(d.bits == 4 ? RepackInt<4>(q, w.out_features, d.in_features)
+                                                  : RepackInt<2>(q, w.out_features, d.in_features));
+      } else {
+        d.packed = Upload(Part(w, "qweight"));
+      }
       d.scales = Upload(Part(w, "scales"));
       d.aux = Upload(Part(w, "zeros"));
     } else {

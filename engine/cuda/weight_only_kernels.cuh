@@ -245,6 +245,31 @@ void RunFormat(const GemvParams& p, int m, __nv_bfloat16* dequant_out, cudaStrea
   }
 }
 
+// Whether an int matrix uses the tensor-core GEMV and its repacked code layout (gemv_int.cu
+// describes it; weight_only.cu repacks at upload): int4 / int2, groups of 32, 64 or 128, and
+// whole 64-byte blocks per row.
+inline bool IntMmaLayout(int bits, int group, int64_t in) {
+  return (bits == 4 || bits == 2) && (group == 32 || group == 64 || group == 128) &&
+         in % (512 / bits) == 0;
+}
+
+// Where input k (0..kCodes-1) of a 64-byte block lives in that layout.
+template <int kBits>
+struct IntMmaLayoutInfo {
+  static constexpr int kCodes = 512 / kBits;  // codes per 64-byte block
+  static constexpr int kPairs = kCodes / 32;  // mma pairs per block
+  static constexpr int kMmaPerWord = 8 / kBits;
+  static constexpr int kP = 16 / kBits;
+  // Word (0..15) and code position of input k (0..kCodes-1) of a block.
+  __host__ __device__ static constexpr int Word(int k) {
+    return 4 * ((k % 32) / 8) + (2 * (k / 32) + (k % 8) / 4) / kMmaPerWord;
+  }
+  __host__ __device__ static constexpr int Pos(int k) {
+    const int m = 2 * (k / 32) + (k % 8) / 4, h = m % kMmaPerWord, i = k % 4;
+    return (2 * h + i / 2) + (i % 2) * kP;
+  }
+};
+
 // Per-family launchers (gemv_*.cu): with `dequant_out` set they write the bf16 matrix, else
 // they run the GEMV for `m` rows. Each returns false for a variant it does not have.
 bool LaunchIntFamily(int bits, const GemvParams& p, int m, __nv_bfloat16* dequant_out,

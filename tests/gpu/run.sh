@@ -13,6 +13,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
   --tokenizer tests/golden/tokenizer/qwen-style/tokenizer.json \
   --chat-template tests/golden/chat/qwen3_template.jinja >/dev/null
 export DQ_TINY_QWEN3=/tmp/tiny-qwen3
+export DQ_SMOLLM2=${SMOLLM2:-$PWD/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 rc=0
 "$bin/dq_gpu_tests" --gtest_output="json:$out/gpu_tests.json" "$@" >"$out/gpu_tests.log" 2>&1 || rc=$?
 grep -E '^\[(  PASSED|  FAILED|  SKIPPED)|FAILED|^\[(tiny_qwen3|smollm2)\]|tests ran' \
