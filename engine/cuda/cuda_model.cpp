@@ -142,6 +142,20 @@ absl::Status CudaDecoderModel::Upload(const DecoderModel& cpu) {
 
 absl::StatusOr<std::unique_ptr<CudaDecoderModel>> CudaDecoderModel::Create(
     const DecoderModel& cpu, std::shared_ptr<DeviceKvCache> kv, const CudaBackendOptions& options) {
+  const ModelConfig& cc = cpu.config();
+  // What the attention kernels are built for; anything else is refused here, not asserted later.
+  if (cc.head_dim != 64 && cc.head_dim != 128) {
+    return absl::UnimplementedError(absl::StrCat("the CUDA backend supports head_dim 64 or 128, ",
+                                                 "this model has ", cc.head_dim,
+                                                 "; run it with --device cpu"));
+  }
+  if (cc.num_heads % cc.num_kv_heads != 0 || cc.num_heads / cc.num_kv_heads > 8 ||
+      cc.hidden_size % 8 != 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        "the CUDA backend needs a GQA group of at most 8 query heads per KV head and a hidden ",
+        "size divisible by 8 (this model: ", cc.num_heads, " / ", cc.num_kv_heads,
+        " heads, hidden ", cc.hidden_size, ")"));
+  }
   CUDA_CHECK(cudaSetDevice(options.device));
   std::unique_ptr<CudaDecoderModel> m(new CudaDecoderModel());
   m->config_ = cpu.config();

@@ -104,10 +104,10 @@ __device__ __forceinline__ uint32_t CodePair(uint32_t w, int shift, uint32_t zb)
   return *reinterpret_cast<const uint32_t*>(&d);
 }
 
-constexpr int kMmaWarps = 4;  // warps per CTA, splitting the input dimension of one 8-row tile
+constexpr int kMmaWarps = 8;  // warps per CTA, splitting the input dimension of one 8-row tile
 
 template <int kBits, int kGroup, int U>
-__global__ void __launch_bounds__(kMmaWarps * 32) IntMmaGemvKernel(const GemvParams p, int m) {
+__global__ void __launch_bounds__(kMmaWarps * 32, 2) IntMmaGemvKernel(const GemvParams p, int m) {
   using L = IntMmaLayoutInfo<kBits>;
   constexpr int kGroupsPerBlock = L::kCodes / kGroup;
   constexpr int kPairsPerGroup = kGroup / 32;
@@ -143,40 +143,54 @@ __global__ void __launch_bounds__(kMmaWarps * 32) IntMmaGemvKernel(const GemvPar
           s0[i][j] = __half2float(__ldg(s0ptr + gi));
           s1[i][j] = __half2float(__ldg(s1ptr + gi));
         }
+      } else {
+        q[i] = make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int j = 0; j < kGroupsPerBlock; ++j) {
+          zb[i][j] = 0x43004300u;
+          s0[i][j] = s1[i][j] = 0.0f;
+        }
       }
     }
     if (!waited) {
       GridDepWait();
       waited = true;
     }
+    // Straight-line over the U blocks (blocks past the end have zero x and scales), with the
+    // U independent mma chains interleaved.
 #pragma unroll
-    for (int i = 0; i < U; ++i) {
-      const int b = base + kMmaWarps * i;
-      if (b >= nblocks) break;
-      const uint32_t w[4] = {q[i].x, q[i].y, q[i].z, q[i].w};
-      uint4 xv[L::kPairs];
+    for (int j = 0; j < kGroupsPerBlock; ++j) {
+      float c[U][4];
 #pragma unroll
-      for (int Q = 0; Q < L::kPairs; ++Q) {
-        xv[Q] = has_x
-                    ? __ldg(reinterpret_cast<const uint4*>(xrow + int64_t{b} * L::kCodes + 32 * Q))
-                    : make_uint4(0, 0, 0, 0);
-      }
+      for (int i = 0; i < U; ++i) c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.0f;
 #pragma unroll
-      for (int j = 0; j < kGroupsPerBlock; ++j) {
-        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (int Qg = 0; Qg < kPairsPerGroup; ++Qg) {
+        const int Q = j * kPairsPerGroup + Qg;
+        uint4 xv[U];
 #pragma unroll
-        for (int Qg = 0; Qg < kPairsPerGroup; ++Qg) {
-          const int Q = j * kPairsPerGroup + Qg;
+        for (int i = 0; i < U; ++i) {
+          const int b = base + kMmaWarps * i;
+          xv[i] =
+              has_x && b < nblocks
+                  ? __ldg(reinterpret_cast<const uint4*>(xrow + int64_t{b} * L::kCodes + 32 * Q))
+                  : make_uint4(0, 0, 0, 0);
+        }
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int M = 2 * Q + e, v = M / L::kMmaPerWord, h = M % L::kMmaPerWord;
-            const uint32_t b0 = CodePair<kBits>(w[v], kBits * (2 * h), zb[i][j]);
-            const uint32_t b1 = CodePair<kBits>(w[v], kBits * (2 * h + 1), zb[i][j]);
-            MmaBf16(c, e ? xv[Q].z : xv[Q].x, e ? xv[Q].w : xv[Q].y, b0, b1);
+        for (int e = 0; e < 2; ++e) {
+          const int M = 2 * Q + e, v = M / L::kMmaPerWord, h = M % L::kMmaPerWord;
+#pragma unroll
+          for (int i = 0; i < U; ++i) {
+            const uint32_t w = v == 0 ? q[i].x : v == 1 ? q[i].y : v == 2 ? q[i].z : q[i].w;
+            const uint32_t b0 = CodePair<kBits>(w, kBits * (2 * h), zb[i][j]);
+            const uint32_t b1 = CodePair<kBits>(w, kBits * (2 * h + 1), zb[i][j]);
+            MmaBf16(c[i], e ? xv[i].z : xv[i].x, e ? xv[i].w : xv[i].y, b0, b1);
           }
         }
-        acc0 = fmaf(s0[i][j], c[0], acc0);
-        acc1 = fmaf(s1[i][j], c[1], acc1);
+      }
+#pragma unroll
+      for (int i = 0; i < U; ++i) {
+        acc0 = fmaf(s0[i][j], c[i][0], acc0);
+        acc1 = fmaf(s1[i][j], c[i][1], acc1);
       }
     }
   }

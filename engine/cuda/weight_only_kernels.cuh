@@ -248,8 +248,12 @@ void RunFormat(const GemvParams& p, int m, __nv_bfloat16* dequant_out, cudaStrea
 // Whether an int matrix uses the tensor-core GEMV and its repacked code layout (gemv_int.cu
 // describes it; weight_only.cu repacks at upload): int4 / int2, groups of 32, 64 or 128, and
 // whole 64-byte blocks per row.
+// int4 is kept on the SIMT path for now: on H200 (Qwen3-4B step, streamed) the tensor-core
+// kernel ran int4 g128 at 574 tok/s for m = 1 (SIMT 617) but 527 for m = 8 (SIMT 235); int4
+// g64 / g32 lost more at m = 1. int2 gained at both (g64 m = 1: 376 -> 536, m = 8: 137 -> 484).
+inline constexpr bool kInt4Mma = false;
 inline bool IntMmaLayout(int bits, int group, int64_t in) {
-  return (bits == 4 || bits == 2) && (group == 32 || group == 64 || group == 128) &&
+  return ((bits == 4 && kInt4Mma) || bits == 2) && (group == 32 || group == 64 || group == 128) &&
          in % (512 / bits) == 0;
 }
 

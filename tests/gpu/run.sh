@@ -9,7 +9,9 @@ bin=${DQ_BIN:-build/release-cuda/bin}
 out=${OUT:-/tmp/dq-gpu}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
-"$bin/dq-tool" make-tiny --out /tmp/tiny-qwen3 --seed 1 \
+# head_dim 64: the attention kernels' smallest (the CPU tests' tiny model uses 32).
+"$bin/dq-tool" make-tiny --out /tmp/tiny-qwen3 --seed 1 --hidden 128 --heads 4 --kv-heads 2 \
+  --head-dim 64 --intermediate 256 --layers 2 \
   --tokenizer tests/golden/tokenizer/qwen-style/tokenizer.json \
   --chat-template tests/golden/chat/qwen3_template.jinja >/dev/null
 export DQ_TINY_QWEN3=/tmp/tiny-qwen3
