@@ -108,6 +108,7 @@ KvCacheLayer DeviceKvCache::layer(int l) const {
 CudaDecoderModel::~CudaDecoderModel() {
   for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g);
   if (buf_ && buf_->host_meta) cudaFreeHost(buf_->host_meta);
+  if (buf_ && buf_->host_logits) cudaFreeHost(buf_->host_logits);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -183,6 +184,8 @@ absl::StatusOr<std::unique_ptr<CudaDecoderModel>> CudaDecoderModel::Create(
   b.meta_ints = b.tables + b.cap_seqs * b.max_blocks;
   b.meta = DeviceBuffer(b.meta_ints * 4);
   CUDA_CHECK(cudaMallocHost(&b.host_meta, b.meta_ints * 4));
+  CUDA_CHECK(cudaMallocHost(&b.host_logits,
+                            static_cast<size_t>(options.max_graph_batch) * c.vocab_size * 4));
   const int64_t T = b.cap_tokens;
   b.x = DeviceBuffer(T * c.hidden_size * 4);
   b.h = DeviceBuffer(T * std::max<int64_t>(c.hidden_size, c.intermediate_size) * 2);

@@ -36,6 +36,7 @@ struct CudaDecoderModel::Buffers {
   int64_t meta_ints = 0;
   DeviceBuffer meta, x, h, qkv, attn, gu, rows, rows_h, logits, decode_ws;
   int32_t* host_meta = nullptr;  // pinned
+  float* host_logits = nullptr;  // pinned, [max_graph_batch, vocab]: graphed decode steps' logits
   int32_t* dev(int64_t off) const { return meta.get<int32_t>() + off; }
 };
 
