@@ -72,10 +72,10 @@ inline double MaxRelError(const std::vector<float>& got, const std::vector<float
 
 // Skips the test (instead of failing on a CUDA error) on a machine without a GPU.
 #define DQ_REQUIRE_GPU()                                                   \
-  do {                                                                      \
-    int dq_devices = 0;                                                     \
+  do {                                                                     \
+    int dq_devices = 0;                                                    \
     if (cudaGetDeviceCount(&dq_devices) != cudaSuccess || dq_devices == 0) \
-      GTEST_SKIP() << "no CUDA device";                                     \
+      GTEST_SKIP() << "no CUDA device";                                    \
   } while (0)
 
 }  // namespace dq::gpu_test
