@@ -48,7 +48,7 @@ struct PhaseConfig {
   int token_budget = 2048;
   // decode only
   int max_batch = 4;
-  int lease_ttl_ms = 30000;
+  int lease_ttl_ms = 120000;
 };
 
 struct DeployConfig {

@@ -27,7 +27,7 @@ struct DecodeServerOptions {
   std::string transport = "tcp";   // the one kvtransfer backend this worker runs: tcp or ucx
   std::string transfer_host = "127.0.0.1";
   int max_batch = 4;
-  int lease_ttl_ms = 30000;
+  int lease_ttl_ms = 120000;
   int reap_interval_ms = 100;  // how often expired leases are reclaimed
 };
 

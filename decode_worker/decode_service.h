@@ -17,7 +17,7 @@
 namespace dq::decode {
 
 struct DecodeServiceOptions {
-  int lease_ttl_ms = 30000;  // an uncommitted lease lives this long at most
+  int lease_ttl_ms = 120000;  // an uncommitted lease lives this long at most
   int stream_poll_ms = 50;   // how often a Decode handler checks for cancellation
 };
 
