@@ -251,6 +251,8 @@ void WeightOnlyGemv(const WeightOnlyWeights& w, const WeightOnlyGemvArgs& args,
   Dispatch(w, p, args.m, nullptr, stream);
 }
 
+void SetWeightOnlyInt4M1Variant(int variant) { wo::SetInt4M1Variant(variant); }
+
 void DequantizeToBf16(const WeightOnlyWeights& w, __nv_bfloat16* out, cudaStream_t stream) {
   Dispatch(w, Params(w), 1, out, stream);
 }

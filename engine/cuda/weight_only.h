@@ -66,4 +66,8 @@ void Bf16Gemv(const __nv_bfloat16* weight, int64_t out_features, int64_t in_feat
 // runs a bf16 GEMM on this).
 void DequantizeToBf16(const WeightOnlyWeights& w, __nv_bfloat16* out, cudaStream_t stream);
 
+// Testing / A-B timing: which kernel runs int4 GEMVs with m = 1. -1 the built-in default (or
+// $DQ_WO_INT4_M1), 0 the generic kernel, 2 / 4 the persistent kernel with that many units per lane.
+void SetWeightOnlyInt4M1Variant(int variant);
+
 }  // namespace dq::cuda

@@ -80,11 +80,11 @@ __device__ __forceinline__ T LoadAligned(const uint8_t* p) {
 
 constexpr int kWarpsPerCta = 4;
 
-template <class F, int M, int R, int U>
-__global__ void __launch_bounds__(kWarpsPerCta * 32) GemvKernel(const GemvParams p) {
+template <class F, int M, int R, int U, int W = kWarpsPerCta>
+__global__ void __launch_bounds__(W * 32) GemvKernel(const GemvParams p) {
   GridDepLaunch();
   const int lane = threadIdx.x & 31;
-  const int64_t warp = int64_t{blockIdx.x} * kWarpsPerCta + (threadIdx.x >> 5);
+  const int64_t warp = int64_t{blockIdx.x} * W + (threadIdx.x >> 5);
   const int64_t row0 = warp * R;
   if (row0 >= p.out) return;
   int64_t rows[R];
@@ -187,20 +187,33 @@ struct GemvShape {
   static constexpr int kUnroll = M == 1 ? 4 : 2;
 };
 
-template <class F, int M>
-void LaunchGemvM(const GemvParams& p, cudaStream_t stream) {
+template <class F, int M, int W>
+void LaunchGemvMW(const GemvParams& p, cudaStream_t stream) {
   constexpr int R = GemvShape<M>::kRows, U = GemvShape<M>::kUnroll;
   const int64_t warps = (p.out + R - 1) / R;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>((warps + kWarpsPerCta - 1) / kWarpsPerCta));
-  cfg.blockDim = dim3(kWarpsPerCta * 32);
+  cfg.gridDim = dim3(static_cast<unsigned>((warps + W - 1) / W));
+  cfg.blockDim = dim3(W * 32);
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, GemvKernel<F, M, R, U>, p));
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, GemvKernel<F, M, R, U, W>, p));
+}
+
+// Warps per CTA by row length, for formats whose trait sets kWarpsByK (int4): for m = 1, rows of
+// 4096+ inputs (Qwen3-4B o, down) take 8 warps per CTA, shorter ones (qkv, gate_up) 4. An earlier
+// H200 experiment gave ~680 tok/s for the int4 g128 Qwen3-4B step (617 with 4 everywhere); this
+// exact code has not been timed yet.
+inline constexpr int64_t kWideCtaMinIn = 4096;
+template <class F, int M>
+void LaunchGemvM(const GemvParams& p, cudaStream_t stream) {
+  if constexpr (M == 1 && requires { F::kWarpsByK; }) {
+    if (F::kWarpsByK && p.in >= kWideCtaMinIn) return LaunchGemvMW<F, M, 8>(p, stream);
+  }
+  LaunchGemvMW<F, M, kWarpsPerCta>(p, stream);
 }
 
 // y = x · Wᵀ for 1 <= m <= 8 with the format trait F.
@@ -278,6 +291,9 @@ struct IntMmaLayoutInfo {
 // they run the GEMV for `m` rows. Each returns false for a variant it does not have.
 bool LaunchIntFamily(int bits, const GemvParams& p, int m, __nv_bfloat16* dequant_out,
                      cudaStream_t stream);
+// The int4 m = 1 kernel (gemv_int.cu): -1 the default, 0 the generic one, 2 / 4 the persistent
+// one with that many 16-byte units per lane.
+void SetInt4M1Variant(int variant);
 bool LaunchNvfp4LutFamily(int lut_bits, const GemvParams& p, int m, __nv_bfloat16* dequant_out,
                           cudaStream_t stream);  // lut_bits 0: nvfp4
 bool LaunchGgufFamily(int gguf_dtype, const GemvParams& p, int m, __nv_bfloat16* dequant_out,

@@ -127,7 +127,13 @@ TEST(WeightOnlyBench, Qwen3_4BShapes) {
   std::string json = "{\n  \"roofline_GBs\": 4300,\n  \"formats\": [\n";
   const Io io = MakeIo(9728, 151936);
   bool first_format = true;
+  // DQ_WO_BENCH_FORMATS (comma-separated names) restricts the formats timed.
+  const char* only = std::getenv("DQ_WO_BENCH_FORMATS");
   for (const auto& f : wo_test::AllFormats()) {
+    if (only != nullptr &&
+        ("," + std::string(only) + ",").find("," + f.name + ",") == std::string::npos) {
+      continue;
+    }
     std::vector<WeightOnlyWeights> layer;
     for (const Shape& s : kShapes) {
       auto hw = wo_test::MakeZeroWeight(f, s.out, s.in);

@@ -65,12 +65,12 @@ TEST_P(WeightOnlyTest, DequantizeMatchesCpu) {
 }
 
 // y = x · Wᵀ in fp64 over the exact reference rows; checks both output modes for m = 1..8.
-TEST_P(WeightOnlyTest, GemvMatchesCpu) {
-  DQ_REQUIRE_GPU();
+// GEMV of a random out × in matrix of `f` for each m in `ms`, both outputs, against the CPU.
+void CheckGemv(const wo_test::FormatSpec& f, int64_t out, int64_t in, std::vector<int> ms) {
   const uint64_t seed = FreshSeed();
-  SCOPED_TRACE(testing::Message() << "seed " << seed << " format " << GetParam().name);
-  const int64_t out = 300, in = 1024;
-  wo_test::HostWeight hw = wo_test::MakeRandomWeight(GetParam(), out, in, seed);
+  SCOPED_TRACE(testing::Message() << "seed " << seed << " format " << f.name << " " << out << "x"
+                                  << in);
+  wo_test::HostWeight hw = wo_test::MakeRandomWeight(f, out, in, seed);
   auto dev = UploadWeightOnly(hw.w);
   ASSERT_TRUE(dev.ok()) << dev.status();
   const std::vector<float> wref = ReferenceRows(hw.w);
@@ -79,7 +79,7 @@ TEST_P(WeightOnlyTest, GemvMatchesCpu) {
   DeviceBuffer d_x = DeviceBuffer::From(gpu_test::ToBf16(x));
   DeviceBuffer d_y(8 * out * 2), d_acc(8 * out * 4);
   double worst = 0.0;
-  for (int m : {1, 2, 3, 4, 5, 8}) {
+  for (int m : ms) {
     for (bool accumulate : {false, true}) {
       WeightOnlyGemvArgs args;
       args.x = d_x.get<__nv_bfloat16>();
@@ -118,7 +118,36 @@ TEST_P(WeightOnlyTest, GemvMatchesCpu) {
       }
     }
   }
-  std::printf("[ %s ] max |err| / sum|w x| = %.3g\n", GetParam().name.c_str(), worst);
+  std::printf("[ %s %lldx%lld ] max |err| / sum|w x| = %.3g\n", f.name.c_str(),
+              static_cast<long long>(out), static_cast<long long>(in), worst);
+}
+
+TEST_P(WeightOnlyTest, GemvMatchesCpu) {
+  DQ_REQUIRE_GPU();
+  CheckGemv(GetParam(), 300, 1024, {1, 2, 3, 4, 5, 8});
+}
+
+// An odd row count and a row length that is not a whole number of 128-unit chunks (int4 m = 1
+// runs its persistent kernel with a partial last chunk and a clamped last tile).
+TEST_P(WeightOnlyTest, GemvOddShapeMatchesCpu) {
+  DQ_REQUIRE_GPU();
+  CheckGemv(GetParam(), 301, 4352, {1, 8});
+}
+
+// The int4 m = 1 kernels that are not the default (SetWeightOnlyInt4M1Variant), on the shapes
+// above: several chunks per row, an odd row count, more tiles than warps.
+TEST_P(WeightOnlyTest, GemvInt4M1VariantsMatchCpu) {
+  DQ_REQUIRE_GPU();
+  if (GetParam().scheme != "int4") GTEST_SKIP() << "int4 only";
+  for (int v : {0, 2, 4}) {
+    SCOPED_TRACE(testing::Message() << "int4 m=1 variant " << v);
+    SetWeightOnlyInt4M1Variant(v);
+    CheckGemv(GetParam(), 300, 1024, {1});
+    CheckGemv(GetParam(), 301, 4352, {1});
+    CheckGemv(GetParam(), 40001, 512, {1});
+    SetWeightOnlyInt4M1Variant(-1);
+    if (HasFatalFailure()) return;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, WeightOnlyTest, ::testing::ValuesIn(wo_test::AllFormats()),
