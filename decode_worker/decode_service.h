@@ -18,7 +18,7 @@ namespace dq::decode {
 
 struct DecodeServiceOptions {
   int lease_ttl_ms = 120000;  // an uncommitted lease lives this long at most
-  int stream_poll_ms = 50;   // how often a Decode handler checks for cancellation
+  int stream_poll_ms = 50;    // how often a Decode handler checks for cancellation
 };
 
 // The parts the service drives; all must outlive it.
