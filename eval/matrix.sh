@@ -48,7 +48,17 @@ for spec in bf16 fp8 nvfp4 int4:64 int3:64 int2:32 lut3 lut2; do
     --out "$work/$fmt"
 done
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# A free port below the kernel's ephemeral range (see tests/e2e/serve/serve_lib.py free_port).
+free_port() { python3 -c '
+import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(200):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", random.randint(max(1024, low - 12000), low - 1))); break
+    except OSError:
+        s.close()
+print(s.getsockname()[1])'; }
 weights() { [[ $1 == /* ]] && echo "$1" || echo "$PWD/$work/$1"; }
 pids=()
 up() {  # up NAME PREFILL_W PREFILL_C DECODE_W DECODE_C: sets PORT once serving

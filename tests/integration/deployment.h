@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -52,22 +53,27 @@ inline std::string SourceDir() { return EnvOr("DQ_SOURCE_DIR", DQ_SOURCE_DIR); }
 inline std::string TinyModel() { return BinDir() + "/../tiny-qwen3"; }
 inline std::string SmolModel() { return SourceDir() + "/models/SmolLM2-135M-Instruct.Q4_1.gguf"; }
 
-// A port nothing listens on right now (the kernel's pick; it may be taken again before use, which
-// the fixture reports as a process that exited before listening).
+// A free loopback port below the kernel's ephemeral range, so that no port the kernel assigns
+// by itself (a worker's KV-transfer listener, an outgoing connection) can collide with it.
 inline int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  int port = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
+  int low = 32768, high = 60999;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(f, "%d %d", &low, &high) != 2) low = 32768;
+    std::fclose(f);
   }
-  close(fd);
-  return port;
+  std::mt19937 rng(std::random_device{}());
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int port = std::uniform_int_distribution<int>(std::max(1024, low - 12000), low - 1)(rng);
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    close(fd);
+    if (ok) return port;
+  }
+  return -1;
 }
 
 inline bool PortOpen(int port) {

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 
@@ -166,20 +167,32 @@ absl::Status WaitForPort(const std::string& host, int port, std::chrono::millise
 }
 
 absl::StatusOr<int> PickFreePort(const std::string& host) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError(std::strerror(errno));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
-  socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const int err = errno;
-    close(fd);
-    return absl::UnavailableError(absl::StrCat("no free port on ", host, ": ", std::strerror(err)));
+  // Below the kernel's ephemeral range, so that no port the kernel assigns by itself (a worker's
+  // KV-transfer listener on port 0, an outgoing connection) can be the one chosen here between
+  // now and the child binding it.
+  int low = 32768, high = 60999;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(f, "%d %d", &low, &high) != 2) low = 32768;
+    std::fclose(f);
   }
-  close(fd);
-  return ntohs(addr.sin_port);
+  std::mt19937 rng(std::random_device{}());
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int port =
+        low > 3072 ? std::uniform_int_distribution<int>(std::max(1024, low - 12000), low - 1)(rng)
+                   : 0;
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return absl::InternalError(std::strerror(errno));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
+    socklen_t len = sizeof(addr);
+    const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+    close(fd);
+    if (ok) return ntohs(addr.sin_port);
+  }
+  return absl::UnavailableError(absl::StrCat("no free port on ", host, " below ", low));
 }
 
 absl::StatusOr<int> HttpGetStatus(const std::string& host, int port, const std::string& path,

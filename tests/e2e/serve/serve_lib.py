@@ -3,6 +3,7 @@ processes on loopback, talk to the router over HTTP (stdlib only), read its metr
 import http.client
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -41,9 +42,23 @@ def finish():
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port BELOW the kernel's ephemeral range: a port the kernel hands out
+    itself (a worker's KV-transfer listener on port 0, an outgoing connection) can then never be
+    the one we chose for another process between choosing it and that process binding it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError):
+        low = 32768
+    for _ in range(200):
+        port = random.randint(max(1024, low - 12000), low - 1) if low > 3072 else 0
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return s.getsockname()[1]
+            except OSError:
+                continue
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 def wait_port(port, proc=None, timeout=120):
