@@ -124,45 +124,33 @@ absl::StatusOr<KvSequence> KvLeaseTable::CommitOrEnd(std::string_view lease_id, 
 }
 
 absl::Status KvLeaseTable::Release(std::string_view lease_id) {
-  std::vector<KvLease> ended;
-  absl::Status s;
-  {
-    std::lock_guard lock(mu_);
-    s = ReleaseLocked(lease_id, /*uncommitted_only=*/false, &ended);
-  }
-  FreeEnded(ended);
-  return s;
+  return ReleaseById(lease_id, /*uncommitted_only=*/false);
 }
 
 absl::Status KvLeaseTable::ReleaseUncommitted(std::string_view lease_id) {
-  std::vector<KvLease> ended;
-  absl::Status s;
-  {
-    std::lock_guard lock(mu_);
-    s = ReleaseLocked(lease_id, /*uncommitted_only=*/true, &ended);
-  }
-  FreeEnded(ended);
-  return s;
+  return ReleaseById(lease_id, /*uncommitted_only=*/true);
 }
 
 absl::Status KvLeaseTable::ReleaseRequest(std::string_view request_id) {
+  return ReleaseByRequest(request_id, /*uncommitted_only=*/false);
+}
+
+absl::Status KvLeaseTable::ReleaseUncommittedRequest(std::string_view request_id) {
+  return ReleaseByRequest(request_id, /*uncommitted_only=*/true);
+}
+
+absl::Status KvLeaseTable::ReleaseById(std::string_view lease_id, bool uncommitted_only) {
   std::vector<KvLease> ended;
   absl::Status s;
   {
     std::lock_guard lock(mu_);
-    auto by_request = lease_by_request_.find(std::string(request_id));
-    if (by_request == lease_by_request_.end()) {
-      return absl::NotFoundError(absl::StrCat("Release: request ", AsAbsl(request_id),
-                                              " holds no lease (never reserved, already "
-                                              "released, or reclaimed after its TTL)"));
-    }
-    s = ReleaseLocked(by_request->second, /*uncommitted_only=*/false, &ended);
+    s = ReleaseLocked(lease_id, uncommitted_only, &ended);
   }
   FreeEnded(ended);
   return s;
 }
 
-absl::Status KvLeaseTable::ReleaseUncommittedRequest(std::string_view request_id) {
+absl::Status KvLeaseTable::ReleaseByRequest(std::string_view request_id, bool uncommitted_only) {
   std::vector<KvLease> ended;
   absl::Status s;
   {
@@ -173,7 +161,7 @@ absl::Status KvLeaseTable::ReleaseUncommittedRequest(std::string_view request_id
                                               " holds no lease (never reserved, already "
                                               "released, or reclaimed after its TTL)"));
     }
-    s = ReleaseLocked(by_request->second, /*uncommitted_only=*/true, &ended);
+    s = ReleaseLocked(by_request->second, uncommitted_only, &ended);
   }
   FreeEnded(ended);
   return s;

@@ -124,6 +124,9 @@ class KvLeaseTable {
   // Runs the free hook on each ended lease (without mu_), then returns their blocks.
   void FreeEnded(std::vector<KvLease>& ended);
   int ReclaimExpiredLocked(TimePoint now, std::vector<KvLease>* ended);
+  // The public Release* calls: lock, release, then free the ended leases' blocks unlocked.
+  absl::Status ReleaseById(std::string_view lease_id, bool uncommitted_only);
+  absl::Status ReleaseByRequest(std::string_view request_id, bool uncommitted_only);
   // Releases the live lease `lease_id`, refusing a committed one when `uncommitted_only`.
   absl::Status ReleaseLocked(std::string_view lease_id, bool uncommitted_only,
                              std::vector<KvLease>* ended);

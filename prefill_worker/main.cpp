@@ -1,6 +1,7 @@
 // dq-prefill: the prefill worker. Loads one model in its prefill compute mode, serves
 // dqserve.v1.PrefillWorker over gRPC, and writes each prompt's KV into the decode worker's lease.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <string>
@@ -8,7 +9,6 @@
 
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
-#include "engine/model/model_loader.h"
 #include "prefill_worker/prefill_server.h"
 #include "worker_common/phase_model.h"
 
@@ -64,26 +64,16 @@ std::vector<std::string> SplitList(const std::string& s) {
   return out;
 }
 
-// The KV capacity to build the pool with: the flag, or twice the model's context (so that one
-// context-long prompt can be prefilled while the next one starts), never below the budget.
-absl::StatusOr<int> KvCapacity(const Flags& f) {
-  int capacity = f.kv_capacity;
-  if (capacity == 0) {
-    // Only the config is needed here; the weights are mapped, not read.
-    DQ_ASSIGN_OR_RETURN(auto m, dq::LoadModel(f.model.model));
-    capacity = 2 * m->config.max_context;
-  }
-  return std::max(capacity, f.server.token_budget);
-}
-
 int Run(Flags& f) {
   f.server.transports = SplitList(f.transports);
-  auto capacity = KvCapacity(f);
-  if (!capacity.ok()) {
-    spdlog::error("dq-prefill: {}", capacity.status().ToString());
-    return 1;
+  // The pool: the flag, or twice the model's context (so one context-long prompt can be
+  // prefilled while the next one starts); never below the token budget.
+  if (f.kv_capacity > 0) {
+    f.model.kv_capacity_tokens = std::max(f.kv_capacity, f.server.token_budget);
+  } else {
+    f.model.kv_capacity_contexts = 2;
+    f.model.min_kv_tokens = f.server.token_budget;
   }
-  f.model.kv_capacity_tokens = *capacity;
   auto model = dq::worker::LoadPhaseModel(f.model);
   if (!model.ok()) {
     spdlog::error("dq-prefill: {}", model.status().ToString());
@@ -97,6 +87,8 @@ int Run(Flags& f) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  const dq::KvCacheOptions& kv = (*model)->runner->kv_pool().options();
+  const int64_t pool_tokens = int64_t{kv.num_blocks} * kv.block_size;
   auto server = dq::prefill::PrefillServer::Start(std::move(*model), f.server);
   if (!server.ok()) {
     spdlog::error("dq-prefill: {}", server.status().ToString());
@@ -108,8 +100,8 @@ int Run(Flags& f) {
       "block {}, pool {} tokens, transports {}, token budget {}, {}",
       id.checkpoint().path(), id.checkpoint().format(), id.checkpoint().scheme(),
       id.kv_layout().architecture(), id.kv_layout().num_layers(), id.kv_layout().num_kv_heads(),
-      id.kv_layout().head_dim(), id.kv_layout().kv_dtype(), id.kv_layout().block_size(), *capacity,
-      absl::StrJoin(id.transports(), ","), f.server.token_budget, id.version());
+      id.kv_layout().head_dim(), id.kv_layout().kv_dtype(), id.kv_layout().block_size(),
+      pool_tokens, absl::StrJoin(id.transports(), ","), f.server.token_budget, id.version());
   spdlog::info("dq-prefill: serving on {}", (*server)->address());
   int sig = 0;
   sigwait(&signals, &sig);

@@ -45,19 +45,32 @@ void SetSseHeaders(httplib::Response& res) {
 
 }  // namespace
 
+std::shared_ptr<ActiveRequest> HttpServer::Start(ApiResult<GenerationInput> input,
+                                                 const std::string& request_id,
+                                                 httplib::Response& res) {
+  if (!input.ok()) {
+    BadRequest(res, input.error());
+    return nullptr;
+  }
+  GenerationInput in = std::move(input).value();
+  in.request_id = request_id;
+  StartResult start = pipeline_.Start(std::move(in));
+  if (!start.ok()) {
+    ReplyError(res, start.error, start.retry_after);
+    return nullptr;
+  }
+  return std::move(start.request);
+}
+
 void HttpServer::Chat(const httplib::Request& req, httplib::Response& res) {
   if (auto e = CheckBodySize(req.body.size(), options_.max_body_bytes)) return BadRequest(res, *e);
   ApiResult<ChatCompletionRequest> parsed = ParseChatCompletionRequest(req.body, parse_options_);
   if (!parsed.ok()) return BadRequest(res, parsed.error());
   const ChatCompletionRequest& c = *parsed;
-  ApiResult<GenerationInput> input = ChatGeneration(c, pipeline_.model());
-  if (!input.ok()) return BadRequest(res, input.error());
   ResponseHeader header = NewResponseHeader(ApiEndpoint::kChatCompletions, c.model);
-  GenerationInput in = std::move(input).value();
-  in.request_id = header.id;
-  StartResult start = pipeline_.Start(std::move(in));
-  if (!start.ok()) return ReplyError(res, start.error, start.retry_after);
-  std::shared_ptr<ActiveRequest> active = std::move(start.request);
+  std::shared_ptr<ActiveRequest> active =
+      Start(ChatGeneration(c, pipeline_.model()), header.id, res);
+  if (!active) return;
   const Tokenizer& tok = pipeline_.model().tokenizer;
   const bool logprobs = c.logprobs;
 
@@ -107,14 +120,10 @@ void HttpServer::Completions(const httplib::Request& req, httplib::Response& res
   ApiResult<CompletionRequest> parsed = ParseCompletionRequest(req.body, parse_options_);
   if (!parsed.ok()) return BadRequest(res, parsed.error());
   const CompletionRequest& c = *parsed;
-  ApiResult<GenerationInput> input = CompletionGeneration(c, pipeline_.model());
-  if (!input.ok()) return BadRequest(res, input.error());
   ResponseHeader header = NewResponseHeader(ApiEndpoint::kCompletions, c.model);
-  GenerationInput in = std::move(input).value();
-  in.request_id = header.id;
-  StartResult start = pipeline_.Start(std::move(in));
-  if (!start.ok()) return ReplyError(res, start.error, start.retry_after);
-  std::shared_ptr<ActiveRequest> active = std::move(start.request);
+  std::shared_ptr<ActiveRequest> active =
+      Start(CompletionGeneration(c, pipeline_.model()), header.id, res);
+  if (!active) return;
   const Tokenizer& tok = pipeline_.model().tokenizer;
   const bool logprobs = c.logprobs.has_value();
   const std::string echo_text = c.echo ? pipeline_.model().PromptText(c) : "";

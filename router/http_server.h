@@ -54,6 +54,10 @@ class HttpServer {
  private:
   using Handler = void (HttpServer::*)(const httplib::Request&, httplib::Response&);
   void Route(const char* method, const char* path, Handler handler, bool needs_auth);
+  // Admits a parsed, tokenized request (named `request_id`) through the pipeline; on any error
+  // the reply is written to `res` and the result is null.
+  std::shared_ptr<ActiveRequest> Start(ApiResult<GenerationInput> input,
+                                       const std::string& request_id, httplib::Response& res);
   void Chat(const httplib::Request& req, httplib::Response& res);
   void Completions(const httplib::Request& req, httplib::Response& res);
   void Models(const httplib::Request& req, httplib::Response& res);

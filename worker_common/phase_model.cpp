@@ -1,5 +1,6 @@
 #include "worker_common/phase_model.h"
 
+#include <algorithm>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -43,6 +44,9 @@ absl::StatusOr<std::unique_ptr<PhaseModel>> LoadPhaseModel(const PhaseModelOptio
   ro.threads = o.threads;
   ro.kv_block_size = o.kv_block_size;
   ro.kv_capacity = o.kv_capacity_tokens;
+  if (ro.kv_capacity == 0 && o.kv_capacity_contexts > 0) {
+    ro.kv_capacity = std::max(o.kv_capacity_contexts * w.config.max_context, o.min_kv_tokens);
+  }
   const PhaseWeights phase{w.checkpoint.get(), &w.config, pm->mode};
   DQ_ASSIGN_OR_RETURN(pm->runner, ModelRunner::Create(phase, phase, ro));
   return pm;

@@ -22,7 +22,11 @@ struct PhaseModelOptions {
   std::string compute = "weight_only";
   int threads = 0;             // 0: all hardware threads
   int kv_block_size = 16;      // tokens per KV block
-  int kv_capacity_tokens = 0;  // KV pool size in tokens; 0: min(context, 8192)
+  int kv_capacity_tokens = 0;  // KV pool size in tokens; 0: see below, else min(context, 8192)
+  // With kv_capacity_tokens 0: this many model contexts (if > 0), at least min_kv_tokens. Lets a
+  // caller size the pool from the model's context without loading the model first.
+  int kv_capacity_contexts = 0;
+  int min_kv_tokens = 0;
 };
 
 struct PhaseModel {
