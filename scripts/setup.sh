@@ -8,7 +8,8 @@ preset=${1:-${DQ_PRESET:-release}}
 packages=(build-essential cmake ninja-build ccache pkg-config git unzip python3 python3-pip
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libspdlog-dev nlohmann-json3-dev libcpp-httplib-dev libcli11-dev libtomlplusplus-dev
-  libpcre2-dev clang-format libgtest-dev libgmock-dev libucx-dev curl)
+  libpcre2-dev clang-format libgtest-dev libgmock-dev libucx-dev curl
+  docker-compose)  # CI: validates deploy/docker-compose*.yml (tests/e2e/deploy_config_test.sh)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
