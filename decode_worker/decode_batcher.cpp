@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <span>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -188,8 +189,16 @@ void DecodeBatcher::Step() {
   const Batch batch = BuildBatch(&in);
   if (in.empty()) return;
   peak_batch_.store(std::max(peak_batch_.load(), static_cast<int>(in.size())));
+  std::vector<Sampler*> samplers;
+  for (Sequence* s : in) samplers.push_back(&s->sampler);
+  // Logits come back to the host only when some sequence reports logprobs; otherwise a device
+  // backend samples where the logits are and returns token ids alone.
+  const bool want_logits =
+      std::any_of(in.begin(), in.end(), [](const Sequence* s) { return s->job.logprobs; });
   BatchLogits logits;
-  absl::Status st = runner_.Forward(batch, &logits);
+  std::vector<int32_t> tokens(in.size());
+  absl::Status st =
+      runner_.ForwardAndSample(batch, samplers, tokens, want_logits ? &logits : nullptr);
   steps_.fetch_add(1);
   if (!st.ok()) {
     spdlog::error("dq-decode: decode step over {} sequences failed: {}", in.size(), st.ToString());
@@ -198,16 +207,13 @@ void DecodeBatcher::Step() {
     }
     return;
   }
-  std::vector<float> row(logits.vocab);
   for (size_t i = 0; i < in.size(); ++i) {
     Sequence& s = *in[i];
-    const float* raw = logits.last(i, batch);
-    // Sample() scribbles over its input; logprobs come from the untouched raw row.
-    std::copy(raw, raw + logits.vocab, row.begin());
-    const int32_t token = s.sampler.Sample(row);
+    const int32_t token = tokens[i];
     if (s.job.logprobs) {
+      // The raw row: ForwardAndSample sampled from a copy.
       const v1::PositionLogprobs lp = worker::PositionLogprobsOf(
-          std::span<const float>(raw, logits.vocab), token, s.job.top_logprobs);
+          std::span<const float>(logits.last(i, batch), logits.vocab), token, s.job.top_logprobs);
       Emit(s, token, &lp);
     } else {
       Emit(s, token, nullptr);

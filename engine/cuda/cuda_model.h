@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "engine/cuda/device_buffer.h"
@@ -50,6 +51,20 @@ struct CudaModelStats {
   int fused_gate_up_layers = 0;
 };
 
+// Device sampling's per-row inputs and outputs (parameters, uniforms, token ids): one device
+// block and its pinned host image, so a step uploads every row's parameters with one copy and
+// brings back only the ids.
+struct SamplingBuffers {
+  explicit SamplingBuffers(int64_t max_rows);
+  ~SamplingBuffers();
+  SamplingBuffers(const SamplingBuffers&) = delete;
+  SamplingBuffers& operator=(const SamplingBuffers&) = delete;
+
+  int64_t max_rows = 0;
+  DeviceBuffer dev;
+  char* host = nullptr;  // pinned, the same bytes as `dev`
+};
+
 class CudaDecoderModel : public ForwardModel {
  public:
   // Uploads `cpu`'s weights. The model keeps `kv` (shared with the other phase's model).
@@ -62,6 +77,13 @@ class CudaDecoderModel : public ForwardModel {
   std::string_view backend() const override { return "cuda"; }
   absl::Status Forward(const Batch& batch, KvBlockPool& pool, ThreadPool& threads,
                        BatchLogits* logits, const ForwardHooks& hooks) const override;
+  bool SupportsDeviceSampling() const override { return true; }
+  // The logits stay on the device: argmax when every row is greedy, else SampleForward
+  // (sampling.h); only the token ids are copied back.
+  absl::Status ForwardSample(const Batch& batch, KvBlockPool& pool, ThreadPool& threads,
+                             std::span<const DeviceSampling> per_item,
+                             std::span<int32_t> out_tokens,
+                             const ForwardHooks& hooks) const override;
   const CudaModelStats& stats() const { return stats_; }
 
   struct Layer;
@@ -71,6 +93,16 @@ class CudaDecoderModel : public ForwardModel {
  private:
   CudaDecoderModel() = default;
   absl::Status Upload(const DecoderModel& cpu);
+  // Checks `batch`, flattens it into `plan` and the metadata image and enqueues its upload.
+  // Holds mu_.
+  absl::Status Prepare(const Batch& batch, const KvBlockPool& pool, Plan* plan) const;
+  // Enqueues the pass up to the logits: a graph replay for small decode batches (returns true;
+  // the logits are left in buf_->logits), else the layers and EnqueueLogits(plan, host_out).
+  bool Launch(const Plan& plan, const ForwardHooks& hooks, float* host_out) const;
+  // Enqueues the pick of one token per row of buf_->logits and the ids' copy to the pinned
+  // staging; the caller synchronizes and reads them with TakeSampledIds.
+  void EnqueueSampling(std::span<const DeviceSampling> per_item) const;
+  void TakeSampledIds(std::span<int32_t> out) const;
   void EnqueueLayers(const Plan& plan, const ForwardHooks* hooks) const;
   // Projects the wanted rows to logits; with `host_out`, copies each chunk back as it is done.
   void EnqueueLogits(const Plan& plan, float* host_out) const;
@@ -91,7 +123,8 @@ class CudaDecoderModel : public ForwardModel {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<LinearContext> linear_;
   std::unique_ptr<Buffers> buf_;
-  mutable std::map<int, cudaGraphExec_t> graphs_;  // by decode batch size
+  mutable std::map<int, cudaGraphExec_t> graphs_;      // by decode batch size
+  mutable std::unique_ptr<SamplingBuffers> sampling_;  // made on the first ForwardSample
 };
 
 // Decode batches up to this size use the paged decode-attention kernel; larger ones the

@@ -49,27 +49,25 @@ absl::Status CheckBatch(const Batch& batch, const KvBlockPool& pool, const Model
 
 }  // namespace
 
-absl::Status CudaDecoderModel::Forward(const Batch& batch, KvBlockPool& pool, ThreadPool&,
-                                       BatchLogits* logits, const ForwardHooks& hooks) const {
-  std::lock_guard lock(mu_);
+absl::Status CudaDecoderModel::Prepare(const Batch& batch, const KvBlockPool& pool,
+                                       Plan* plan) const {
   Buffers& b = *buf_;
   DQ_RETURN_IF_ERROR(CheckBatch(batch, pool, config_, b.cap_tokens, static_cast<int>(b.cap_seqs)));
   const int bs = pool.block_size();
-  Plan plan;
-  plan.seqs = static_cast<int>(batch.items.size());
-  plan.tokens = batch.num_tokens();
-  plan.decode = true;
+  plan->seqs = static_cast<int>(batch.items.size());
+  plan->tokens = batch.num_tokens();
+  plan->decode = true;
   int32_t* m = b.host_meta;
-  std::fill(m + b.tables, m + b.tables + plan.seqs * b.max_blocks, 0);
+  std::fill(m + b.tables, m + b.tables + plan->seqs * b.max_blocks, 0);
   int64_t t = 0;
   m[b.cu_seqlens] = 0;
-  for (int s = 0; s < plan.seqs; ++s) {
+  for (int s = 0; s < plan->seqs; ++s) {
     const BatchItem& it = batch.items[s];
     const int n0 = it.kv->num_tokens, n = static_cast<int>(it.tokens.size());
-    plan.decode = plan.decode && n == 1 && !it.all_logits && plan.seqs <= kMaxDecodeSeqs;
-    plan.max_q_len = std::max(plan.max_q_len, n);
-    plan.logit_rows.push_back({it.all_logits ? t : t + n - 1, it.all_logits ? n : 1});
-    plan.num_logit_rows += plan.logit_rows.back().second;
+    plan->decode = plan->decode && n == 1 && !it.all_logits && plan->seqs <= kMaxDecodeSeqs;
+    plan->max_q_len = std::max(plan->max_q_len, n);
+    plan->logit_rows.push_back({it.all_logits ? t : t + n - 1, it.all_logits ? n : 1});
+    plan->num_logit_rows += plan->logit_rows.back().second;
     for (int j = 0; j < n; ++j, ++t) {
       const int pos = n0 + j;
       m[b.ids + t] = it.tokens[j];
@@ -86,11 +84,31 @@ absl::Status CudaDecoderModel::Forward(const Batch& batch, KvBlockPool& pool, Th
   auto upload = [&](int64_t off, int64_t n) {
     CUDA_CHECK(cudaMemcpyAsync(b.dev(off), m + off, n * 4, cudaMemcpyHostToDevice, stream_));
   };
-  upload(b.ids, plan.tokens);
-  upload(b.positions, plan.tokens);
-  upload(b.slots, plan.tokens);
+  upload(b.ids, plan->tokens);
+  upload(b.positions, plan->tokens);
+  upload(b.slots, plan->tokens);
   upload(b.cu_seqlens, b.tables - b.cu_seqlens);  // cu_seqlens, prefix, ctx: a few KiB
-  upload(b.tables, plan.seqs * b.max_blocks);
+  upload(b.tables, plan->seqs * b.max_blocks);
+  return absl::OkStatus();
+}
+
+bool CudaDecoderModel::Launch(const Plan& plan, const ForwardHooks& hooks, float* host_out) const {
+  const bool graph = plan.decode && options_.use_graphs && plan.seqs <= options_.max_graph_batch;
+  if (graph) {
+    RunDecodeGraph(plan);
+  } else {
+    EnqueueLayers(plan, &hooks);
+    EnqueueLogits(plan, host_out);
+  }
+  return graph;
+}
+
+absl::Status CudaDecoderModel::Forward(const Batch& batch, KvBlockPool& pool, ThreadPool&,
+                                       BatchLogits* logits, const ForwardHooks& hooks) const {
+  std::lock_guard lock(mu_);
+  Buffers& b = *buf_;
+  Plan plan;
+  DQ_RETURN_IF_ERROR(Prepare(batch, pool, &plan));
   logits->vocab = config_.vocab_size;
   logits->values.resize(plan.num_logit_rows * static_cast<int64_t>(config_.vocab_size));
   logits->item_first_row.clear();
@@ -99,15 +117,11 @@ absl::Status CudaDecoderModel::Forward(const Batch& batch, KvBlockPool& pool, Th
     logits->item_first_row.push_back(row);
     row += r.second;
   }
-  const bool graph = plan.decode && options_.use_graphs && plan.seqs <= options_.max_graph_batch;
+  const bool graph = Launch(plan, hooks, logits->values.data());
   if (graph) {
-    RunDecodeGraph(plan);
     // Through pinned memory: a device-to-pageable copy is staged by the driver, much slower.
     CUDA_CHECK(cudaMemcpyAsync(b.host_logits, b.logits.get(), logits->values.size() * 4,
                                cudaMemcpyDeviceToHost, stream_));
-  } else {
-    EnqueueLayers(plan, &hooks);
-    EnqueueLogits(plan, logits->values.data());
   }
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   if (graph) std::memcpy(logits->values.data(), b.host_logits, logits->values.size() * 4);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "common/tokenizer/incremental_detokenizer.h"
 #include "engine/sampler/sampler.h"
@@ -104,10 +106,9 @@ absl::Status Generator::Prefill(Sequence& s) {
   KvBlockPool& pool = runner_.kv_pool();
   pool.extend(s.kv, static_cast<int>(prompt.size()));
   Batch batch{Phase::kPrefill, {{&s.kv, prompt, false}}};
-  BatchLogits logits;
-  DQ_RETURN_IF_ERROR(runner_.Forward(batch, &logits));
-  std::vector<float> row(logits.last(0, batch), logits.last(0, batch) + logits.vocab);
-  s.next_token = s.sampler.Sample(row);
+  Sampler* sampler = &s.sampler;
+  DQ_RETURN_IF_ERROR(runner_.ForwardAndSample(batch, std::span<Sampler* const>(&sampler, 1),
+                                              std::span<int32_t>(&s.next_token, 1)));
   s.result.prompt_tokens = static_cast<int>(prompt.size());
   s.result.prefill_seconds = Now() - t0;
   s.decode_start = Now();
@@ -116,16 +117,16 @@ absl::Status Generator::Prefill(Sequence& s) {
 
 absl::Status Generator::DecodeStep(std::vector<Sequence*>& active) {
   Batch batch{Phase::kDecode, {}};
+  std::vector<Sampler*> samplers;
   for (Sequence* s : active) {
     runner_.kv_pool().extend(s->kv, s->kv.num_tokens + 1);
     batch.items.push_back({&s->kv, std::span<const int32_t>(&s->next_token, 1), false});
+    samplers.push_back(&s->sampler);
   }
-  BatchLogits logits;
-  DQ_RETURN_IF_ERROR(runner_.Forward(batch, &logits));
-  for (size_t i = 0; i < active.size(); ++i) {
-    std::vector<float> row(logits.last(i, batch), logits.last(i, batch) + logits.vocab);
-    active[i]->next_token = active[i]->sampler.Sample(row);
-  }
+  // Not into next_token directly: the batch reads its inputs from there.
+  std::vector<int32_t> next(active.size());
+  DQ_RETURN_IF_ERROR(runner_.ForwardAndSample(batch, samplers, next));
+  for (size_t i = 0; i < active.size(); ++i) active[i]->next_token = next[i];
   return absl::OkStatus();
 }
 

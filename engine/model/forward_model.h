@@ -3,8 +3,11 @@
 // blocks the runner's KvBlockPool hands out.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
+#include <string>
 #include <string_view>
 
 #include "common/status.h"
@@ -25,6 +28,17 @@ struct ForwardHooks {
   std::function<void(int layer)> on_layer_kv_written;
 };
 
+// How one batch item's next token is drawn on the device: the CPU Sampler's parameters (no
+// penalties; see Sampler::DeviceSamplable) and the uniform the item's Sampler drew on the host
+// (Sampler::DrawUniform), so a seeded sequence keeps its random stream wherever it samples.
+struct DeviceSampling {
+  float temperature = 1.0f;  // below kGreedyTemperature (sampler.h): argmax, lowest id on ties
+  int32_t top_k = 0;         // <= 0: off
+  float top_p = 1.0f;        // 1: off
+  float min_p = 0.0f;        // 0: off
+  double uniform = 0.0;      // in [0, 1)
+};
+
 class ForwardModel {
  public:
   virtual ~ForwardModel() = default;
@@ -39,6 +53,25 @@ class ForwardModel {
   // positions stay below max_context. Mutates the KV cache and the batch's sequences only.
   virtual absl::Status Forward(const Batch& batch, KvBlockPool& pool, ThreadPool& threads,
                                BatchLogits* logits, const ForwardHooks& hooks) const = 0;
+
+  // Whether ForwardSample is implemented (the logits stay on the device and only token ids
+  // come back).
+  virtual bool SupportsDeviceSampling() const { return false; }
+
+  // Forward, then one token per item picked where the logits are: the token the CPU Sampler's
+  // Sample() would give from the same logits with per_item[i]'s parameters and uniform (up to
+  // the draw's rounding at near ties). Mutates the KV cache exactly as Forward does.
+  // Preconditions (error on violation): Forward's; no item is all_logits (one logits row each);
+  // per_item and out_tokens have one entry per item. out_tokens[i] is item i's token.
+  // Default: Unimplemented.
+  virtual absl::Status ForwardSample(const Batch& /*batch*/, KvBlockPool& /*pool*/,
+                                     ThreadPool& /*threads*/,
+                                     std::span<const DeviceSampling> /*per_item*/,
+                                     std::span<int32_t> /*out_tokens*/,
+                                     const ForwardHooks& /*hooks*/) const {
+    return absl::UnimplementedError(absl::StrCat(
+        "the ", std::string(backend()), " backend does not sample on the device; use Forward"));
+  }
 };
 
 }  // namespace dq

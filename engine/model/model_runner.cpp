@@ -1,6 +1,7 @@
 #include "engine/model/model_runner.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "common/logging.h"
 #include "engine/model/llama.h"
@@ -98,6 +99,46 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   }
   return std::unique_ptr<ModelRunner>(
       new ModelRunner(prefill_model, decode_model, prefill_model, kv, threads));
+}
+
+bool ModelRunner::CanSampleOnDevice(const Batch& batch, std::span<Sampler* const> samplers,
+                                    const BatchLogits* logits) const {
+  if (logits != nullptr || !SupportsDeviceSampling(batch.phase)) return false;
+  for (const BatchItem& it : batch.items) {
+    if (it.all_logits) return false;
+  }
+  return std::all_of(samplers.begin(), samplers.end(),
+                     [](const Sampler* s) { return s->DeviceSamplable(); });
+}
+
+absl::Status ModelRunner::ForwardAndSample(const Batch& batch, std::span<Sampler* const> samplers,
+                                           std::span<int32_t> tokens, BatchLogits* logits,
+                                           const ForwardHooks& hooks) {
+  if (samplers.size() != batch.items.size() || tokens.size() != batch.items.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ForwardAndSample: ", batch.items.size(), " batch items but ", samplers.size(),
+                     " samplers and ", tokens.size(), " token slots; pass one of each per item"));
+  }
+  if (CanSampleOnDevice(batch, samplers, logits)) {
+    std::vector<DeviceSampling> per_item(samplers.size());
+    for (size_t i = 0; i < samplers.size(); ++i) {
+      const SamplingParams& p = samplers[i]->params();
+      // Drawn before the pass, as Sample() would draw it after: the same (draws + 1)-th number.
+      per_item[i] = {p.temperature, p.top_k, p.top_p, p.min_p, samplers[i]->DrawUniform()};
+    }
+    return ForwardSample(batch, per_item, tokens, hooks);
+  }
+  BatchLogits local;
+  BatchLogits* out = logits != nullptr ? logits : &local;
+  DQ_RETURN_IF_ERROR(Forward(batch, out, hooks));
+  // Sample() scribbles over its input; the caller's logprobs come from the untouched rows.
+  std::vector<float> row(out->vocab);
+  for (size_t i = 0; i < samplers.size(); ++i) {
+    const float* raw = out->last(i, batch);
+    std::copy(raw, raw + out->vocab, row.begin());
+    tokens[i] = samplers[i]->Sample(row);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ModelRunner::SetPrefillObserver(LinearObserver observer) {

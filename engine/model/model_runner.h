@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <string_view>
 
 #include "common/status.h"
@@ -14,6 +15,7 @@
 #include "engine/model/batch.h"
 #include "engine/model/decoder_model.h"
 #include "engine/model/model_config.h"
+#include "engine/sampler/sampler.h"
 
 namespace dq {
 
@@ -68,9 +70,27 @@ class ModelRunner {
   // One forward pass; Phase::kPrefill batches run on the prefill weights, kDecode on the decode
   // weights. See ForwardModel::Forward.
   absl::Status Forward(const Batch& batch, BatchLogits* logits, const ForwardHooks& hooks = {}) {
-    const ForwardModel& m = batch.phase == Phase::kPrefill ? *prefill_ : *decode_;
-    return m.Forward(batch, pool_, threads_, logits, hooks);
+    return model(batch.phase).Forward(batch, pool_, threads_, logits, hooks);
   }
+
+  // Whether `phase`'s model picks tokens on the device (ForwardModel::ForwardSample).
+  bool SupportsDeviceSampling(Phase phase) const { return model(phase).SupportsDeviceSampling(); }
+  // See ForwardModel::ForwardSample.
+  absl::Status ForwardSample(const Batch& batch, std::span<const DeviceSampling> per_item,
+                             std::span<int32_t> out_tokens, const ForwardHooks& hooks = {}) {
+    return model(batch.phase).ForwardSample(batch, pool_, threads_, per_item, out_tokens, hooks);
+  }
+
+  // One forward pass ending in one token per item: tokens[i] is picked with samplers[i] (one
+  // sampler and one token slot per item; the caller Accept()s). On the device (ForwardSample)
+  // when the phase's model can, `logits` is null, no item is all_logits and every sampler is
+  // DeviceSamplable; then only token ids leave the device. Otherwise Forward and
+  // Sampler::Sample on the host, leaving the raw logits in `logits` (when not null) for
+  // logprobs. Either way each sampler draws exactly one random number, so a seeded sequence's
+  // stream does not depend on the path taken.
+  absl::Status ForwardAndSample(const Batch& batch, std::span<Sampler* const> samplers,
+                                std::span<int32_t> tokens, BatchLogits* logits = nullptr,
+                                const ForwardHooks& hooks = {});
 
  private:
   ModelRunner(std::shared_ptr<ForwardModel> prefill, std::shared_ptr<ForwardModel> decode,
@@ -80,6 +100,13 @@ class ModelRunner {
         cpu_prefill_(std::move(cpu_prefill)),
         pool_(kv),
         threads_(threads) {}
+  const ForwardModel& model(Phase phase) const {
+    return phase == Phase::kPrefill ? *prefill_ : *decode_;
+  }
+  // Whether ForwardAndSample may take the device path for this batch.
+  bool CanSampleOnDevice(const Batch& batch, std::span<Sampler* const> samplers,
+                         const BatchLogits* logits) const;
+
   std::shared_ptr<ForwardModel> prefill_;
   std::shared_ptr<ForwardModel> decode_;
   std::shared_ptr<DecoderModel> cpu_prefill_;  // null on other backends

@@ -12,9 +12,6 @@ namespace dq {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-// Temperatures below this are treated as greedy (vLLM does the same): dividing by them would
-// overflow the logits.
-constexpr float kGreedyTemperature = 1e-5f;
 
 absl::Status OutOfRange(const char* field, const char* range, double got) {
   return absl::InvalidArgumentError(absl::StrCat(field, " must be in ", range, ", got ", got));
@@ -45,6 +42,37 @@ float MaxIgnoringNaN(std::span<const float> logits) {
 float MinPThreshold(float min_p, float max_logit) {
   return min_p > 0.0f ? max_logit + std::log(min_p) : kNegInf;
 }
+
+// Draws from unnormalised probabilities in id order: prob(i) (0: dropped) of token id(i), ids
+// ascending in i; the first token whose prefix mass exceeds u * total. The one rule of every
+// path (and of the device kernels), so the token for a given u depends only on the kept set and
+// its probabilities, not on the order a selection left them in. `fallback` when nothing is kept.
+template <typename Prob, typename Id>
+int32_t DrawInIdOrder(size_t n, Prob prob, Id id, double u, int32_t fallback) {
+  double sum = 0.0;
+  for (size_t i = 0; i < n; ++i) sum += prob(i);
+  const double target = u * sum;
+  double acc = 0.0;
+  int32_t last = fallback;
+  for (size_t i = 0; i < n; ++i) {
+    const float p = prob(i);
+    if (p <= 0.0f) continue;
+    acc += p;
+    last = id(i);
+    if (acc > target) return last;
+  }
+  return last;  // rounding left acc a hair short of target: the last kept token
+}
+
+int32_t DrawInIdOrder(std::span<const float> probs, double u, int32_t fallback) {
+  return DrawInIdOrder(
+      probs.size(), [&](size_t i) { return probs[i]; },
+      [](size_t i) { return static_cast<int32_t>(i); }, u, fallback);
+}
+
+// The sorted path orders a kept set of up to vocab / kSortKeptFactor tokens by id; a larger
+// one is scattered into a vocab-sized row instead (O(vocab), no n log n).
+constexpr size_t kSortKeptFactor = 16;
 
 // SplitMix64's output function.
 uint64_t Mix64(uint64_t z) {
@@ -150,6 +178,12 @@ double Sampler::NextUniform() {
 
 void Sampler::Accept(int32_t token) { ++counts_[token]; }
 
+bool Sampler::DeviceSamplable() const {
+  // The same test as ApplyPenalties' early return: exactly when it changes nothing.
+  return params_.repetition_penalty == 1.0f && params_.presence_penalty == 0.0f &&
+         params_.frequency_penalty == 0.0f;
+}
+
 int Sampler::Count(int32_t token) const {
   auto it = counts_.find(token);
   return it == counts_.end() ? 0 : it->second;
@@ -187,21 +221,10 @@ int32_t Sampler::SampleUnsorted(std::span<float> logits, double u) const {
   const float m = MaxIgnoringNaN(logits);
   if (!std::isfinite(m)) return Argmax(logits);  // +inf wins outright; all -inf/NaN: token 0
   const float threshold = MinPThreshold(params_.min_p, m);
-  double sum = 0.0;
   for (float& l : logits) {
     l = l >= threshold ? std::exp(l - m) : 0.0f;  // NaN fails the comparison: dropped
-    sum += l;
   }
-  const double target = u * sum;
-  double acc = 0.0;
-  int32_t last = 0;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (logits[i] <= 0.0f) continue;
-    acc += logits[i];
-    last = static_cast<int32_t>(i);
-    if (acc > target) return last;
-  }
-  return last;  // rounding left acc a hair short of target: the last kept token
+  return DrawInIdOrder(logits, u, 0);
 }
 
 namespace {
@@ -217,7 +240,7 @@ struct ByValueDesc {
 
 }  // namespace
 
-int32_t Sampler::SampleSorted(std::span<const float> logits, double u) {
+int32_t Sampler::SampleSorted(std::span<float> logits, double u) {
   candidates_.clear();
   candidates_.reserve(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) {
@@ -237,22 +260,26 @@ int32_t Sampler::SampleSorted(std::span<const float> logits, double u) {
   // From here on `value` is the unnormalised probability exp(logit - max), in (0, 1].
   for (size_t i = 0; i < k; ++i) candidates_[i].value = std::exp(candidates_[i].value - m);
   const size_t n = params_.top_p < 1.0f ? SelectNucleus(k) : k;
-  // min-p: p / p_max = value. The kept candidates are not in order, so filter while drawing.
+  // The draw goes over the kept set (min-p: p / p_max = value) in id order: the selection above
+  // leaves candidates in an implementation-defined order, and the token must not depend on it
+  // (the device kernels draw in id order too). Both ways below sum and draw the same values in
+  // the same order.
   const float min_p = params_.min_p;
-  double sum = 0.0;
-  for (size_t i = 0; i < n; ++i) {
-    if (candidates_[i].value >= min_p) sum += candidates_[i].value;
+  const auto kept_end = std::partition(candidates_.begin(), candidates_.begin() + n,
+                                       [&](const Candidate& c) { return c.value >= min_p; });
+  const size_t kept = static_cast<size_t>(kept_end - candidates_.begin());
+  if (kept * kSortKeptFactor > logits.size()) {
+    std::fill(logits.begin(), logits.end(), 0.0f);  // `logits` is scratch from here
+    for (auto c = candidates_.begin(); c != kept_end; ++c) {
+      logits[static_cast<size_t>(c->id)] = c->value;
+    }
+    return DrawInIdOrder(logits, u, best.id);
   }
-  const double target = u * sum;
-  double acc = 0.0;
-  int32_t last = best.id;
-  for (size_t i = 0; i < n; ++i) {
-    if (candidates_[i].value < min_p) continue;
-    acc += candidates_[i].value;
-    last = candidates_[i].id;
-    if (acc > target) return last;
-  }
-  return last;
+  std::sort(candidates_.begin(), kept_end,
+            [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
+  return DrawInIdOrder(
+      kept, [&](size_t i) { return candidates_[i].value; },
+      [&](size_t i) { return candidates_[i].id; }, u, best.id);
 }
 
 namespace {

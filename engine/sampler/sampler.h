@@ -11,6 +11,10 @@
 
 namespace dq {
 
+// Temperatures below this are treated as greedy (vLLM does the same): dividing by them would
+// overflow the logits. Device samplers use the same cut.
+inline constexpr float kGreedyTemperature = 1e-5f;
+
 // One entry of a top-logprobs list: a token id and its log-probability.
 struct TokenLogprob {
   int32_t token = 0;
@@ -38,9 +42,21 @@ class Sampler {
   // Picks the next token from `logits` (one row, vocab-sized). Uses `logits` as scratch: the
   // values are changed (penalties, temperature, probabilities), so take logprobs first.
   // Applies, in order: presence/frequency/repetition penalties over the accepted tokens,
-  // temperature, top-k, top-p, min-p, then draws. Temperature 0 returns the argmax (lowest id on
-  // ties). The k-th call for a given seed always uses the k-th random number of that seed.
+  // temperature, top-k, top-p, min-p, then draws u and takes the first token, in id order, whose
+  // prefix of the kept mass exceeds u * total (what engine/cuda/sampling.h's kernels do with the
+  // same u). Temperature 0 returns the argmax (lowest id on ties). The k-th call for a given
+  // seed always uses the k-th random number of that seed.
   int32_t Sample(std::span<float> logits);
+
+  // Takes the uniform that the next Sample() call would have drawn, for a draw done elsewhere
+  // (on the device): the counter advances exactly as Sample() would advance it (Sample()
+  // draws once per call on every path, greedy included), so the stream stays the same whether
+  // each step samples here or on the device.
+  double DrawUniform() { return NextUniform(); }
+
+  // Whether a device draw gives this sampler's token: no presence/frequency/repetition
+  // penalties (the device kernels apply none; they need the accepted-token counts).
+  bool DeviceSamplable() const;
 
   // Records a generated token so later penalties see it.
   void Accept(int32_t token);
@@ -67,8 +83,9 @@ class Sampler {
   double NextUniform();
   // Sampling over all of `logits` with only min-p (no top-k/top-p): no sorting at all.
   int32_t SampleUnsorted(std::span<float> logits, double u) const;
-  // Sampling with top-k and/or top-p over candidates_, without full sorts.
-  int32_t SampleSorted(std::span<const float> logits, double u);
+  // Sampling with top-k and/or top-p over candidates_, without full sorts; the draw is in id
+  // order over the kept set, like SampleUnsorted's. Uses `logits` as scratch.
+  int32_t SampleSorted(std::span<float> logits, double u);
   // Reorders candidates_[0, k) (values are probabilities) so the top-p nucleus comes first;
   // returns its size (at least 1).
   size_t SelectNucleus(size_t k);

@@ -309,6 +309,124 @@ TEST(SamplerTest, LargeVocabAllPaths) {
   }
 }
 
+// The draw of the sorted path (top-k/top-p) is in id order over the kept set, as the device
+// kernels draw: a brute-force reference (full sort, nucleus by prefix mass, min-p, then the first
+// id whose prefix exceeds u * total) picks the same token for the same u.
+TEST(SamplerTest, SortedPathDrawsInIdOrderOverTheKeptSet) {
+  const std::vector<float> raw = RandomLogits(3000, 41, 2.0f);
+  struct Mode {
+    int top_k;
+    float top_p, min_p;
+  };
+  // Small kept sets (sorted by id) and large ones (scattered over the vocabulary) alike.
+  for (const Mode md : {Mode{0, 0.9f, 0.0f}, Mode{50, 1.0f, 0.0f}, Mode{200, 0.8f, 0.02f},
+                        Mode{0, 0.5f, 0.1f}, Mode{2999, 1.0f, 0.0f}, Mode{0, 0.999f, 0.0f}}) {
+    SamplingParams p = Params(0.8f, 99);
+    p.top_k = md.top_k;
+    p.top_p = md.top_p;
+    p.min_p = md.min_p;
+    Sampler sampler(p), twin(p);
+    std::vector<float> l = raw;
+    for (float& x : l) x *= 1.0f / p.temperature;
+    std::vector<int32_t> ids(l.size());
+    std::iota(ids.begin(), ids.end(), 0);
+    std::sort(ids.begin(), ids.end(),
+              [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+    const size_t k = md.top_k > 0 ? static_cast<size_t>(md.top_k) : ids.size();
+    const float m = l[ids[0]];
+    double total = 0.0;
+    for (size_t j = 0; j < k; ++j) total += std::exp(l[ids[j]] - m);
+    std::vector<float> kept(l.size(), 0.0f);
+    double before = 0.0;
+    for (size_t j = 0; j < k && !(md.top_p < 1.0f && before >= md.top_p * total); ++j) {
+      const float v = std::exp(l[ids[j]] - m);
+      before += v;
+      if (v >= md.min_p) kept[ids[j]] = v;
+    }
+    const double sum = std::accumulate(kept.begin(), kept.end(), 0.0);
+    for (int step = 0; step < 50; ++step) {
+      std::vector<float> x = raw;
+      const int32_t got = sampler.Sample(x);
+      const double target = twin.DrawUniform() * sum;
+      int32_t expected = -1;
+      double acc = 0.0;
+      for (size_t i = 0; i < kept.size() && expected < 0; ++i) {
+        acc += kept[i];
+        if (kept[i] > 0.0f && acc > target) expected = static_cast<int32_t>(i);
+      }
+      ASSERT_EQ(got, expected) << "top_k " << md.top_k << " top_p " << md.top_p << " min_p "
+                               << md.min_p << " step " << step;
+    }
+  }
+}
+
+// Over n equal logits at temperature 1 the draw is token floor(u * n) exactly (each probability
+// is exp(0) = 1, summed exactly in double), so a token reveals the uniform Sample() used.
+TEST(SamplerTest, DrawUniformIsTheNumberSampleWouldUse) {
+  constexpr int kVocab = 1 << 12;
+  Sampler sampling(Params(1.0f, 77)), drawing(Params(1.0f, 77));
+  for (int step = 0; step < 200; ++step) {
+    std::vector<float> flat(kVocab, 0.0f);
+    const int32_t token = sampling.Sample(flat);
+    const double u = drawing.DrawUniform();
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    ASSERT_EQ(token, static_cast<int32_t>(u * kVocab)) << "step " << step;
+    ASSERT_EQ(sampling.draws(), drawing.draws());
+  }
+}
+
+// Greedy, unsorted and sorted paths each take exactly one number per Sample(), like
+// DrawUniform(): a sequence that mixes host and device steps keeps the stream of one that
+// samples on the host throughout.
+TEST(SamplerTest, DrawUniformKeepsTheStreamOnEveryPath) {
+  const std::vector<float> logits = RandomLogits(5000, 31, 1.0f);
+  for (int mode = 0; mode < 4; ++mode) {
+    SamplingParams p = Params(mode == 0 ? 0.0f : 0.8f, 55);
+    if (mode == 2) p.top_p = 0.9f;
+    if (mode == 3) p.top_k = 40;
+    Sampler host_only(p), mixed(p);
+    for (int step = 0; step < 60; ++step) {
+      std::vector<float> a = logits;
+      const int32_t expected = host_only.Sample(a);
+      if (step % 3 == 1) {
+        mixed.DrawUniform();  // this step's token was drawn on the device
+      } else {
+        std::vector<float> b = logits;
+        ASSERT_EQ(mixed.Sample(b), expected) << "mode " << mode << " step " << step;
+      }
+      ASSERT_EQ(mixed.draws(), host_only.draws()) << "mode " << mode << " step " << step;
+      ASSERT_EQ(host_only.draws(), static_cast<uint64_t>(step + 1));
+    }
+  }
+}
+
+TEST(SamplerTest, DrawUniformContinuesAResumedStream) {
+  Sampler first(Params(1.0f, 9)), resumed(Params(1.0f, 9));
+  first.DrawUniform();
+  first.DrawUniform();
+  resumed.ResumeAfter(2);
+  EXPECT_EQ(first.DrawUniform(), resumed.DrawUniform());
+  EXPECT_EQ(resumed.draws(), 3u);
+}
+
+TEST(SamplerTest, DeviceSamplableOnlyWithoutPenalties) {
+  SamplingParams p = Params(0.7f);
+  p.top_k = 20;
+  p.top_p = 0.9f;
+  p.min_p = 0.05f;
+  Sampler plain(p);
+  EXPECT_TRUE(plain.DeviceSamplable());
+  EXPECT_EQ(plain.draws(), 0u);  // a pure check: nothing drawn
+  SamplingParams presence = p, frequency = p, repetition = p;
+  presence.presence_penalty = 0.5f;
+  frequency.frequency_penalty = -0.1f;
+  repetition.repetition_penalty = 1.1f;
+  EXPECT_FALSE(Sampler(presence).DeviceSamplable());
+  EXPECT_FALSE(Sampler(frequency).DeviceSamplable());
+  EXPECT_FALSE(Sampler(repetition).DeviceSamplable());
+}
+
 TEST(LogprobsTest, LogSoftmaxAndTopLogprobs) {
   const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 3.0f, -5.0f};
   double z = 0.0;
