@@ -9,6 +9,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "bench/kernel_profile.h"
 #include "engine/cuda/cuda_model.h"
 #include "engine/cuda/linear_fuse.h"
 #include "engine/model/decoder_model.h"
@@ -161,7 +162,7 @@ struct Bench {
 };
 
 // Decode tok/s at batch `b` after a `context`-token prompt per sequence.
-absl::StatusOr<nlohmann::json> Decode(Bench& x, int b, int context, int steps) {
+absl::StatusOr<nlohmann::json> Decode(Bench& x, int b, int context, int steps, bool profile) {
   std::vector<KvSequence> seqs(b);
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < b; ++i) prompts.push_back(Tokens(context, 10 + i, x.c.vocab_size));
@@ -182,12 +183,21 @@ absl::StatusOr<nlohmann::json> Decode(Bench& x, int b, int context, int steps) {
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) DQ_RETURN_IF_ERROR(step());
   const double s = Seconds(t0);
+  nlohmann::json r = {{"batch", b},
+                      {"context", context},
+                      {"steps", steps},
+                      {"ms_per_step", 1e3 * s / steps},
+                      {"tokens_per_second", b * steps / s}};
+  bench::KernelProfiler prof;
+  if (profile && prof.Start()) {
+    constexpr int kProfiled = 8;
+    for (int i = 0; i < kProfiled; ++i) DQ_RETURN_IF_ERROR(step());
+    const bench::ProfileSummary p = prof.Stop(kProfiled);
+    bench::Print(p, 14);
+    r["profile_per_step"] = bench::ToJson(p, 24);
+  }
   for (auto& q : seqs) x.pool.release(q);
-  return nlohmann::json{{"batch", b},
-                        {"context", context},
-                        {"steps", steps},
-                        {"ms_per_step", 1e3 * s / steps},
-                        {"tokens_per_second", b * steps / s}};
+  return r;
 }
 
 absl::StatusOr<double> PrefillSeconds(Bench& x, int len) {
@@ -218,6 +228,7 @@ struct Options {
   std::vector<int> prefill_lengths = {512, 2048, 8192, 32768};
   int context = 128;
   int steps = 64;
+  bool profile = false;  // per-kernel device time (CUPTI) of decode steps and 8K prefills
   std::string out = "gpu_bench.json";
 };
 
@@ -269,7 +280,7 @@ absl::StatusOr<nlohmann::json> RunFormat(const ModelConfig& c, const Format& f, 
     r["decode_bytes_per_step"] = step_bytes;
     r["roofline_tokens_per_second_batch1"] = kHbmBytesPerSecond / step_bytes;
     for (int batch : o.batches) {
-      DQ_ASSIGN_OR_RETURN(nlohmann::json d, Decode(b, batch, o.context, o.steps));
+      DQ_ASSIGN_OR_RETURN(nlohmann::json d, Decode(b, batch, o.context, o.steps, o.profile));
       d["fraction_of_roofline"] =
           d["tokens_per_second"].get<double>() / batch / (kHbmBytesPerSecond / step_bytes);
       std::fprintf(stderr, "  batch %d: %.1f tok/s (%.0f%% of the weight-streaming roofline)\n",
@@ -291,10 +302,18 @@ absl::StatusOr<nlohmann::json> RunFormat(const ModelConfig& c, const Format& f, 
     const double floor = linear / peak + attn / 0.79e15;
     std::fprintf(stderr, "  prefill %d tokens: %.1f ms (floor %.1f ms)\n", len, 1e3 * best,
                  1e3 * floor);
-    r["prefill"].push_back({{"tokens", len},
-                            {"ms", 1e3 * best},
-                            {"floor_ms", 1e3 * floor},
-                            {"tflops", (linear + attn) / best / 1e12}});
+    nlohmann::json e = {{"tokens", len},
+                        {"ms", 1e3 * best},
+                        {"floor_ms", 1e3 * floor},
+                        {"tflops", (linear + attn) / best / 1e12}};
+    bench::KernelProfiler prof;
+    if (o.profile && len == 8192 && prof.Start()) {
+      DQ_RETURN_IF_ERROR(PrefillSeconds(b, len).status());
+      const bench::ProfileSummary p = prof.Stop(1);
+      bench::Print(p, 14);
+      e["profile"] = bench::ToJson(p, 24);
+    }
+    r["prefill"].push_back(e);
   }
   return r;
 }
@@ -308,6 +327,7 @@ int Main(int argc, char** argv) {
   app.add_option("--prefill-lengths", o.prefill_lengths, "prompt lengths");
   app.add_option("--steps", o.steps, "timed decode steps");
   app.add_option("--out", o.out, "JSON results");
+  app.add_flag("--profile", o.profile, "per-kernel device time of decode steps / 8K prefills");
   CLI11_PARSE(app, argc, argv);
   const ModelConfig c = Qwen3_4B();
   nlohmann::json out = {{"model", "Qwen3-4B shape, random weights"},

@@ -4,6 +4,7 @@
 
 #include "engine/cuda/attention_decode.h"
 #include "engine/cuda/cuda_check.h"
+#include "engine/cuda/kernel_util.cuh"
 
 namespace dq::cuda {
 namespace {
@@ -88,6 +89,8 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kTileBytes = kTileKeys * kHeadDim * 2, kDTiles = kHeadDim / 8;
   constexpr int kChunks = kHeadDim / 8, kRowsPerPass = 32 / kChunks;
   extern __shared__ __align__(128) unsigned char smem[];
+  detail::PdlWait();
+  detail::PdlTrigger();
   const int seq = blockIdx.z, kvh = blockIdx.y, split = blockIdx.x;
   const int ctx = a.context_lens[seq];
   const int start = split * part_len;
@@ -249,6 +252,8 @@ __global__ void __launch_bounds__(kThreads)
 // Block (head, seq), one thread per output dim: merges the partitions' softmax states.
 __global__ void DecodeReduceKernel(DecodeAttentionArgs a, Workspace ws, int splits, int head_dim,
                                    int part_len) {
+  detail::PdlWait();
+  detail::PdlTrigger();
   const int seq = blockIdx.y, h = blockIdx.x, d = threadIdx.x;
   const int num_splits = (a.context_lens[seq] + part_len - 1) / part_len;
   if (num_splits <= 1) return;  // written by the split kernel
@@ -301,11 +306,9 @@ void Launch(const DecodeAttentionArgs& a, const KvCacheLayer& c, cudaStream_t st
   const int splits = MaxSplits(a.max_context);  // workspace stride (>= partitions used)
   const Workspace ws = Carve(a.workspace, a.num_seqs, a.num_heads, kHeadDim, splits);
   const dim3 grid((a.max_context + part_len - 1) / part_len, c.num_kv_heads, a.num_seqs);
-  kernel<<<grid, kThreads, kSmem, stream>>>(a, c, ws, splits, part_len);
-  CUDA_CHECK_LAUNCH();
-  DecodeReduceKernel<<<dim3(a.num_heads, a.num_seqs), kHeadDim, 0, stream>>>(a, ws, splits,
-                                                                             kHeadDim, part_len);
-  CUDA_CHECK_LAUNCH();
+  detail::LaunchPdl(kernel, grid, kThreads, kSmem, stream, a, c, ws, splits, part_len);
+  detail::LaunchPdl(DecodeReduceKernel, dim3(a.num_heads, a.num_seqs), kHeadDim, 0, stream, a, ws,
+                    splits, kHeadDim, part_len);
 }
 
 // Ring depth: 3 stages (two blocks per SM; measured best) unless DQ_DECODE_STAGES=4 (tuning).

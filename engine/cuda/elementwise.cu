@@ -15,6 +15,8 @@ bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 // Embedding: one thread per 8 values (hidden % 8 == 0) or per value.
 template <int kVec>
 __global__ void EmbeddingKernel(EmbeddingArgs a) {
+  detail::PdlWait();
+  detail::PdlTrigger();
   const int per_row = a.hidden / kVec;
   const int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x;
   if (i >= a.tokens * per_row) return;
@@ -37,6 +39,8 @@ __device__ __forceinline__ float Silu(float g) { return g / (1.0f + expf(-g)); }
 
 template <int kVec>
 __global__ void SwiGluKernel(SwiGluArgs a) {
+  detail::PdlWait();
+  detail::PdlTrigger();
   const int per_row = a.cols / kVec;
   const int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x;
   if (i >= a.rows * per_row) return;
@@ -62,6 +66,8 @@ __global__ void SwiGluKernel(SwiGluArgs a) {
 
 template <typename T>
 __global__ void ResidualAddKernel(float* residual, const T* delta, int64_t n) {
+  detail::PdlWait();
+  detail::PdlTrigger();
   const int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x;
   if (i < n) residual[i] += detail::ToFloat(delta[i]);
 }
@@ -72,11 +78,10 @@ void EmbeddingForward(const EmbeddingArgs& a, cudaStream_t stream) {
   assert(a.table != nullptr && a.ids != nullptr && a.out != nullptr && a.hidden > 0);
   if (a.tokens == 0) return;
   if (a.hidden % 8 == 0 && Aligned16(a.table) && Aligned16(a.out)) {
-    EmbeddingKernel<8><<<Blocks(a.tokens * a.hidden / 8), kThreads, 0, stream>>>(a);
+    detail::LaunchPdl(EmbeddingKernel<8>, Blocks(a.tokens * a.hidden / 8), kThreads, 0, stream, a);
   } else {
-    EmbeddingKernel<1><<<Blocks(a.tokens * a.hidden), kThreads, 0, stream>>>(a);
+    detail::LaunchPdl(EmbeddingKernel<1>, Blocks(a.tokens * a.hidden), kThreads, 0, stream, a);
   }
-  CUDA_CHECK_LAUNCH();
 }
 
 void SwiGluForward(const SwiGluArgs& args, cudaStream_t stream) {
@@ -87,22 +92,22 @@ void SwiGluForward(const SwiGluArgs& args, cudaStream_t stream) {
   const bool vec = a.cols % 8 == 0 && a.in_stride % 8 == 0 && Aligned16(a.gate) &&
                    Aligned16(a.up) && Aligned16(a.out);
   if (vec) {
-    SwiGluKernel<8><<<Blocks(a.rows * a.cols / 8), kThreads, 0, stream>>>(a);
+    detail::LaunchPdl(SwiGluKernel<8>, Blocks(a.rows * a.cols / 8), kThreads, 0, stream, a);
   } else {
-    SwiGluKernel<1><<<Blocks(a.rows * a.cols), kThreads, 0, stream>>>(a);
+    detail::LaunchPdl(SwiGluKernel<1>, Blocks(a.rows * a.cols), kThreads, 0, stream, a);
   }
-  CUDA_CHECK_LAUNCH();
 }
 
 void ResidualAddForward(const ResidualAddArgs& a, cudaStream_t stream) {
   assert(a.residual != nullptr && ((a.delta_f32 == nullptr) != (a.delta_bf16 == nullptr)));
   if (a.n == 0) return;
   if (a.delta_f32 != nullptr) {
-    ResidualAddKernel<<<Blocks(a.n), kThreads, 0, stream>>>(a.residual, a.delta_f32, a.n);
+    detail::LaunchPdl(ResidualAddKernel<float>, Blocks(a.n), kThreads, 0, stream, a.residual,
+                      a.delta_f32, a.n);
   } else {
-    ResidualAddKernel<<<Blocks(a.n), kThreads, 0, stream>>>(a.residual, a.delta_bf16, a.n);
+    detail::LaunchPdl(ResidualAddKernel<__nv_bfloat16>, Blocks(a.n), kThreads, 0, stream,
+                      a.residual, a.delta_bf16, a.n);
   }
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace dq::cuda

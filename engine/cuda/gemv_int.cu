@@ -269,16 +269,9 @@ struct IntMmaFormat {
 template <int kBits, int kGroup>
 void LaunchIntMma(const GemvParams& p, int m, cudaStream_t stream) {
   constexpr int U = kBits == 4 ? 4 : 2;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>((p.out + 7) / 8));
-  cfg.blockDim = dim3(kMmaWarps * 32);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, IntMmaGemvKernel<kBits, kGroup, U>, p, m));
+  detail::LaunchPdl(IntMmaGemvKernel<kBits, kGroup, U>,
+                    dim3(static_cast<unsigned>((p.out + 7) / 8)), dim3(kMmaWarps * 32), 0, stream,
+                    p, m);
 }
 
 template <int kBits>
@@ -462,16 +455,6 @@ int P4BlocksPerSm(int in) {
   return c;
 }
 
-int SmCount() {
-  static int n = [] {
-    int dev = 0, v = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-    return v;
-  }();
-  return n;
-}
-
 template <int U>
 void LaunchInt4M1(const GemvParams& p, cudaStream_t stream) {
   const int64_t tiles = (p.out + 1) / 2;
@@ -479,17 +462,8 @@ void LaunchInt4M1(const GemvParams& p, cudaStream_t stream) {
       int64_t{SmCount()} * P4BlocksPerSm<U>(static_cast<int>(p.in)) * kP4Warps;
   const int64_t per_warp = (tiles + max_warps - 1) / max_warps;
   const int64_t warps = (tiles + per_warp - 1) / per_warp;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>((warps + kP4Warps - 1) / kP4Warps));
-  cfg.blockDim = dim3(kP4Warps * 32);
-  cfg.dynamicSmemBytes = static_cast<size_t>(p.in) * 4;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, Int4M1Kernel<U>, p));
+  detail::LaunchPdl(Int4M1Kernel<U>, dim3(static_cast<unsigned>((warps + kP4Warps - 1) / kP4Warps)),
+                    dim3(kP4Warps * 32), static_cast<size_t>(p.in) * 4, stream, p);
 }
 
 // Which int4 m = 1 kernel runs: 0 the generic trait kernel, else Int4M1Kernel<U> with this U.
@@ -536,6 +510,7 @@ void SetInt4M1Variant(int variant) {
 
 bool LaunchIntFamily(int bits, const GemvParams& p, int m, __nv_bfloat16* dequant_out,
                      cudaStream_t stream) {
+  if (LaunchIntTile(bits, p, m, dequant_out, stream)) return true;
   if (IntMmaLayout(bits, 1 << p.group_shift, p.in)) {
     if (bits == 4) {
       RunIntMma<4>(p, m, dequant_out, stream);

@@ -2,10 +2,45 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <utility>
+
+#include "engine/cuda/cuda_check.h"
 
 namespace dq::cuda::detail {
+
+// Programmatic dependent launch (PDL). A kernel launched with LaunchPdl may start while the
+// previous kernel in the stream is still running; it must call PdlWait() before it reads
+// anything that kernel wrote (griddepcontrol.wait returns once the previous grid has completed
+// and its memory is visible; at once when the kernel was launched without PDL). PdlTrigger()
+// lets the next kernel be launched early: every op kernel waits first and triggers right after,
+// so a decode step's ~300 small launches overlap their launch latency with the previous kernel.
+__device__ __forceinline__ void PdlWait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void PdlTrigger() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...) with the PDL launch attribute.
+template <typename... Params, typename... Args>
+void LaunchPdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+               Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  // DQ_NO_PDL=1: plain launches, for A/B timing.
+  static const bool pdl = std::getenv("DQ_NO_PDL") == nullptr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
 
 __device__ __forceinline__ float WarpSum(float v) {
 #pragma unroll

@@ -30,6 +30,8 @@ __device__ __forceinline__ float4 LoadResidual(const RmsNormArgs& a, int64_t i4)
 template <Delta D>
 __global__ void __launch_bounds__(kThreads) RmsNormKernel(RmsNormArgs a) {
   __shared__ float scratch[32];
+  detail::PdlWait();
+  detail::PdlTrigger();
   const int n4 = a.n / 4;
   const int64_t base = blockIdx.x * int64_t{n4};
   float ss = 0.0f;
@@ -60,13 +62,12 @@ void RmsNormForward(const RmsNormArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return;
   const dim3 grid(static_cast<unsigned>(a.rows));
   if (a.delta_f32 != nullptr) {
-    RmsNormKernel<Delta::kF32><<<grid, kThreads, 0, stream>>>(a);
+    detail::LaunchPdl(RmsNormKernel<Delta::kF32>, grid, kThreads, 0, stream, a);
   } else if (a.delta_bf16 != nullptr) {
-    RmsNormKernel<Delta::kBf16><<<grid, kThreads, 0, stream>>>(a);
+    detail::LaunchPdl(RmsNormKernel<Delta::kBf16>, grid, kThreads, 0, stream, a);
   } else {
-    RmsNormKernel<Delta::kNone><<<grid, kThreads, 0, stream>>>(a);
+    detail::LaunchPdl(RmsNormKernel<Delta::kNone>, grid, kThreads, 0, stream, a);
   }
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace dq::cuda

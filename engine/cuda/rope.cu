@@ -16,6 +16,8 @@ template <int kHeadDim, bool kInterleaved>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     QkNormRopeKernel(QkNormRopeArgs a, KvCacheLayer cache) {
   constexpr int kHalf = kHeadDim / 2, kPairs = kHalf / 32;
+  detail::PdlWait();
+  detail::PdlTrigger();
   const int lane = threadIdx.x & 31;
   const bool write_cache = a.slot_mapping != nullptr;
   const int heads = a.num_heads + a.num_kv_heads * (write_cache ? 2 : 1);
@@ -84,11 +86,12 @@ void Launch(const QkNormRopeArgs& a, const KvCacheLayer& cache, cudaStream_t str
   const int64_t warps = a.tokens * heads;
   const dim3 grid(static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock));
   if (a.style == RopeStyle::kInterleaved) {
-    QkNormRopeKernel<kHeadDim, true><<<grid, kWarpsPerBlock * 32, 0, stream>>>(a, cache);
+    detail::LaunchPdl(QkNormRopeKernel<kHeadDim, true>, grid, kWarpsPerBlock * 32, 0, stream, a,
+                      cache);
   } else {
-    QkNormRopeKernel<kHeadDim, false><<<grid, kWarpsPerBlock * 32, 0, stream>>>(a, cache);
+    detail::LaunchPdl(QkNormRopeKernel<kHeadDim, false>, grid, kWarpsPerBlock * 32, 0, stream, a,
+                      cache);
   }
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace

@@ -145,6 +145,51 @@ std::vector<uint8_t> RepackInt(const ComponentView& c, int64_t out, int64_t in) 
   return dst;
 }
 
+// The int4 / int2 codes and (scale, zero) words in the tiled tensor-core layout
+// (wo::IntTileCodePos); rows past `out` in the last tile are zero.
+void RepackIntTile(const LinearWeight& w, int bits, int group, std::vector<uint8_t>* codes,
+                   std::vector<uint32_t>* sz) {
+  const int64_t out = w.out_features, in = w.in_features, tiles = (out + 15) / 16;
+  const int64_t row_bytes = in * bits / 8, groups = in / group;
+  const ComponentView& q = Part(w, "qweight");
+  const ComponentView& s = Part(w, "scales");
+  const ComponentView& z = Part(w, "zeros");
+  codes->assign(tiles * 16 * row_bytes, 0);
+  sz->assign(tiles * groups * 16, 0);
+  // Where each (row % 16, input % chunk) goes inside its 512-byte chunk: the same for every tile
+  // and chunk, so it is computed once (IntTileCodePos of tile 0, chunk 0).
+  const int chunk_k = wo::IntTileChunkK(bits);
+  const int64_t nchunks = in / chunk_k;
+  std::vector<wo::IntTilePos> in_chunk(16 * chunk_k);
+  for (int rr = 0; rr < 16; ++rr) {
+    for (int kk = 0; kk < chunk_k; ++kk) {
+      in_chunk[rr * chunk_k + kk] = wo::IntTileCodePos(bits, chunk_k, rr, kk);
+    }
+  }
+  const uint32_t mask = (1u << bits) - 1;
+  for (int64_t r = 0; r < out; ++r) {
+    const uint8_t* src = q.data + r * row_bytes;
+    const wo::IntTilePos* pos = in_chunk.data() + (r % 16) * chunk_k;
+    for (int64_t c = 0; c < nchunks; ++c) {
+      uint8_t* chunk = codes->data() + ((r / 16) * nchunks + c) * 512;
+      for (int kk = 0; kk < chunk_k; ++kk) {
+        const int64_t bit = (c * chunk_k + kk) * bits;
+        const uint32_t code = (src[bit / 8] >> (bit % 8)) & mask;
+        uint32_t word;
+        std::memcpy(&word, chunk + pos[kk].word_byte, 4);
+        word |= code << pos[kk].bit;
+        std::memcpy(chunk + pos[kk].word_byte, &word, 4);
+      }
+    }
+    for (int64_t gi = 0; gi < groups; ++gi) {
+      uint16_t scale;
+      std::memcpy(&scale, s.data + (r * groups + gi) * 2, 2);
+      const uint32_t zero = z.data[r * groups + gi];
+      (*sz)[((r / 16 * groups + gi) * 8 + r % 8) * 2 + (r % 16) / 8] = scale | (zero << 16);
+    }
+  }
+}
+
 wo::GemvParams Params(const WeightOnlyWeights& w) {
   wo::GemvParams p;
   p.codes = w.packed.get<uint8_t>();
@@ -201,6 +246,14 @@ absl::StatusOr<WeightOnlyWeights> UploadWeightOnly(const LinearWeight& w) {
     if (scheme.rfind("int", 0) == 0) {
       d.format = WeightOnlyFormat::kInt;
       d.group_size = w.quantized.group_size == 0 ? kIntDefaultGroupSize : w.quantized.group_size;
+      if (wo::IntTileLayout(d.bits, d.group_size, d.in_features)) {
+        std::vector<uint8_t> codes;
+        std::vector<uint32_t> sz;
+        RepackIntTile(w, d.bits, d.group_size, &codes, &sz);
+        d.packed = DeviceBuffer::From(codes);
+        d.scales = DeviceBuffer::From(std::span<const uint32_t>(sz));
+        return d;
+      }
       if (wo::IntMmaLayout(d.bits, d.group_size, d.in_features)) {
         const ComponentView& q = Part(w, "qweight");
         d.packed = DeviceBuffer::From(d.bits == 4 ? RepackInt<4>(q, w.out_features, d.in_features)

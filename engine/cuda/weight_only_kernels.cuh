@@ -18,8 +18,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "engine/cuda/cuda_check.h"
+#include "engine/cuda/kernel_util.cuh"
 
 namespace dq::cuda::wo {
 
@@ -187,20 +189,23 @@ struct GemvShape {
   static constexpr int kUnroll = M == 1 ? 4 : 2;
 };
 
+template <class F, int M, int W, int U = GemvShape<M>::kUnroll>
+void LaunchGemvMWU(const GemvParams& p, cudaStream_t stream) {
+  constexpr int R = GemvShape<M>::kRows;
+  const int64_t warps = (p.out + R - 1) / R;
+  detail::LaunchPdl(GemvKernel<F, M, R, U, W>, dim3(static_cast<unsigned>((warps + W - 1) / W)),
+                    dim3(W * 32), 0, stream, p);
+}
+
+// Formats with few instructions per byte (bf16) set kUnrollM1 to keep more loads in flight per
+// lane at m = 1 (DQ_WO_UNROLL_DEFAULT=1 uses the default unroll, for A/B timing).
 template <class F, int M, int W>
 void LaunchGemvMW(const GemvParams& p, cudaStream_t stream) {
-  constexpr int R = GemvShape<M>::kRows, U = GemvShape<M>::kUnroll;
-  const int64_t warps = (p.out + R - 1) / R;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>((warps + W - 1) / W));
-  cfg.blockDim = dim3(W * 32);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, GemvKernel<F, M, R, U, W>, p));
+  if constexpr (M == 1 && requires { F::kUnrollM1; }) {
+    static const bool plain = std::getenv("DQ_WO_UNROLL_DEFAULT") != nullptr;
+    if (!plain) return LaunchGemvMWU<F, M, W, F::kUnrollM1>(p, stream);
+  }
+  LaunchGemvMWU<F, M, W>(p, stream);
 }
 
 // Warps per CTA by row length, for formats whose trait sets kWarpsByK (int4): for m = 1, rows of
@@ -258,16 +263,57 @@ void RunFormat(const GemvParams& p, int m, __nv_bfloat16* dequant_out, cudaStrea
   }
 }
 
-// Whether an int matrix uses the tensor-core GEMV and its repacked code layout (gemv_int.cu
-// describes it; weight_only.cu repacks at upload): int4 / int2, groups of 32, 64 or 128, and
-// whole 64-byte blocks per row.
+// The tiled tensor-core layout of int4 / int2 with groups of 64 or 128 (gemv_int_tile.cu
+// describes it; RepackIntTile in weight_only.cu builds it): rows in tiles of 16, a row length a
+// whole number of chunks of IntTileChunkK inputs.
+__host__ __device__ constexpr int IntTileChunkK(int bits) { return 256 / bits; }
+inline bool IntTileLayout(int bits, int group, int64_t in) {
+  return (bits == 4 || bits == 2) && (group == 64 || group == 128) && in % IntTileChunkK(bits) == 0;
+}
+// Where the code of (row, input k) lives in that layout: byte offset of its 32-bit word and the
+// bit inside the word. Scales: u32 (f16 scale bits | zero point << 16) at
+// ((tile * groups + k / group) * 8 + row % 8) * 2 + (row % 16) / 8.
+struct IntTilePos {
+  int64_t word_byte;
+  int bit;
+};
+inline IntTilePos IntTileCodePos(int bits, int64_t in, int64_t row, int64_t k) {
+  const int64_t chunk_k = IntTileChunkK(bits), nchunks = in / chunk_k;
+  const int64_t tile = row / 16, c = k / chunk_k;
+  const int rr = static_cast<int>(row % 16), g = rr % 8, hi = rr / 8;
+  const int kk = static_cast<int>(k % chunk_k), sub = kk / 64, k64 = kk % 64;
+  const int t = k64 / 16, ii = (k64 % 16) / 4, j = k64 % 4;
+  const int lane = 4 * g + t, mma = 4 * sub + ii, pair = 2 * (j / 2) + hi;
+  const int word = bits == 4 ? mma : mma / 2;
+  const int base = bits == 4 ? 0 : 8 * (mma % 2);
+  return {((tile * nchunks + c) * 32 + lane) * 16 + 4 * word, base + bits * pair + 16 * (j % 2)};
+}
+
+// The device's SM count (cached).
+inline int SmCount() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+    return v;
+  }();
+  return n;
+}
+
+// GEMV / dequantization in the tiled layout; false when `p` is not in it.
+bool LaunchIntTile(int bits, const GemvParams& p, int m, __nv_bfloat16* dequant_out,
+                   cudaStream_t stream);
+
+// Whether an int matrix uses the older tensor-core GEMV and its repacked code layout (gemv_int.cu
+// describes it; weight_only.cu repacks at upload): int2 with groups of 32 (larger groups take the
+// tiled layout above), whole 64-byte blocks per row.
 // int4 is kept on the SIMT path for now: on H200 (Qwen3-4B step, streamed) the tensor-core
 // kernel ran int4 g128 at 574 tok/s for m = 1 (SIMT 617) but 527 for m = 8 (SIMT 235); int4
 // g64 / g32 lost more at m = 1. int2 gained at both (g64 m = 1: 376 -> 536, m = 8: 137 -> 484).
 inline constexpr bool kInt4Mma = false;
 inline bool IntMmaLayout(int bits, int group, int64_t in) {
-  return ((bits == 4 && kInt4Mma) || bits == 2) && (group == 32 || group == 64 || group == 128) &&
-         in % (512 / bits) == 0;
+  return !IntTileLayout(bits, group, in) && ((bits == 4 && kInt4Mma) || bits == 2) &&
+         (group == 32 || group == 64 || group == 128) && in % (512 / bits) == 0;
 }
 
 // Where input k (0..kCodes-1) of a 64-byte block lives in that layout.

@@ -1,0 +1,295 @@
+// Tensor-core decode GEMV for int4 / int2 weights with groups of 64 or 128 (IntTileLayout), and
+// the dequantization of that layout.
+//
+// The weights are the A operand of mma.sync m16n8k16 (16 output rows x 16 inputs per mma) and the
+// m <= 8 activation rows are the B operand's 8 columns, so one mma consumes 256 weights and a
+// batch of up to 8 costs nothing extra. Codes are repacked at upload (RepackIntTile in
+// weight_only.cu) into tiles of 16 rows; a tile is a run of 512-byte chunks, one 16-byte load per
+// lane, each lane's 16 bytes holding exactly its A fragments for the chunk's 4 (int4) or 8 (int2)
+// mmas. Inside a chunk the inputs are permuted so that lane t's B fragments are 16 consecutive
+// inputs per 64-input subchunk (two 16-byte loads of x). Each code pair becomes a bf16x2 of
+// (q - z) with a shift, one lop3 (the codes ORed into the mantissa of bf16 128.0) and one packed
+// subtraction of 128 + z: exact small integers, so the mma's fp32 sums of (q - z)·x are exact
+// products; the group scale multiplies each subchunk's sum once (a reordering of the fp32 sums of
+// the CPU reference's (q - z)·s·x).
+//
+// A CTA is 8 warps; KW of them share a tile, each streaming every KW-th chunk with two batches of
+// U chunks in flight (codes + scales in registers); partial sums meet in shared memory. The first
+// batch is loaded before griddepcontrol.wait, so the weight stream starts while the previous
+// kernel drains.
+#include "engine/cuda/weight_only_kernels.cuh"
+
+namespace dq::cuda::wo {
+namespace {
+
+constexpr int kTileWarps = 8;
+
+__device__ __forceinline__ uint4 LoadCodes16(const uint8_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ void Mma16816(float c[4], const uint32_t a[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// bf16x2 of (q_lo - z, q_hi - z) for the codes at bits `shift` and 16 + `shift` of w; zb holds
+// bf16x2 (128 + z).
+template <int kBits>
+__device__ __forceinline__ uint32_t TilePair(uint32_t w, int shift, uint32_t zb) {
+  constexpr uint32_t kMask = ((1u << kBits) - 1) * 0x00010001u;
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w >> shift), "r"(kMask), "r"(0x43004300u));
+  const __nv_bfloat162 d = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&r),
+                                   *reinterpret_cast<const __nv_bfloat162*>(&zb));
+  return *reinterpret_cast<const uint32_t*>(&d);
+}
+
+struct TileParams {
+  const uint8_t* codes = nullptr;
+  const uint32_t* scales = nullptr;  // [tile][group][8][2]: f16 scale bits | zero << 16
+  const __nv_bfloat16* x = nullptr;
+  __nv_bfloat16* y = nullptr;
+  float* y_acc = nullptr;
+  int64_t out = 0;
+  int64_t in = 0;
+  int64_t tiles = 0;
+  int m = 1;
+  int group_shift = 0;
+  int kw_shift = 0;  // log2(warps per tile)
+};
+
+template <int kBits>
+struct TileShape {
+  static constexpr int kChunkK = IntTileChunkK(kBits);
+  static constexpr int kSub = kChunkK / 64;  // 64-input subchunks per chunk
+};
+
+// One chunk's codes and per-subchunk (scale, zero) words for rows g and g + 8.
+template <int kBits>
+struct TileChunk {
+  uint4 q;
+  uint2 sz[TileShape<kBits>::kSub];
+};
+
+template <int kBits>
+__device__ __forceinline__ void LoadTileChunk(const TileParams& p, int64_t tile, int c, int lane,
+                                              bool valid, TileChunk<kBits>& d) {
+  using S = TileShape<kBits>;
+  if (!valid) {
+    d.q = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int s = 0; s < S::kSub; ++s) d.sz[s] = make_uint2(0, 0);
+    return;
+  }
+  const int64_t nchunks = p.in / S::kChunkK, ngroups = p.in >> p.group_shift;
+  d.q = LoadCodes16(p.codes + ((tile * nchunks + c) * 32 + lane) * 16);
+#pragma unroll
+  for (int s = 0; s < S::kSub; ++s) {
+    const int64_t grp = (int64_t{c} * S::kChunkK + 64 * s) >> p.group_shift;
+    d.sz[s] = __ldg(
+        reinterpret_cast<const uint2*>(p.scales + ((tile * ngroups + grp) * 8 + (lane >> 2)) * 2));
+  }
+}
+
+// acc (rows g, g + 8 x columns 2t, 2t + 1) += this chunk's scaled mma sums.
+template <int kBits>
+__device__ __forceinline__ void ComputeTileChunk(const TileParams& p, const TileChunk<kBits>& d,
+                                                 int c, int lane, float acc[4]) {
+  using S = TileShape<kBits>;
+  const int g = lane >> 2, t = lane & 3;
+  const uint32_t words[4] = {d.q.x, d.q.y, d.q.z, d.q.w};
+#pragma unroll
+  for (int s = 0; s < S::kSub; ++s) {
+    const uint32_t zb0 = 0x43004300u + (d.sz[s].x >> 16) * 0x00010001u;
+    const uint32_t zb1 = 0x43004300u + (d.sz[s].y >> 16) * 0x00010001u;
+    uint4 xa = make_uint4(0, 0, 0, 0), xb = xa;
+    if (g < p.m) {
+      const __nv_bfloat16* xp = p.x + int64_t{g} * p.in + int64_t{c} * S::kChunkK + 64 * s + 16 * t;
+      xa = __ldg(reinterpret_cast<const uint4*>(xp));
+      xb = __ldg(reinterpret_cast<const uint4*>(xp + 8));
+    }
+    const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int ii = 0; ii < 4; ++ii) {
+      const int i = 4 * s + ii;  // mma of the chunk
+      const uint32_t w = kBits == 4 ? words[i] : words[i / 2];
+      const int base = kBits == 4 ? 0 : 8 * (i % 2);
+      const uint32_t a[4] = {TilePair<kBits>(w, base, zb0), TilePair<kBits>(w, base + kBits, zb1),
+                             TilePair<kBits>(w, base + 2 * kBits, zb0),
+                             TilePair<kBits>(w, base + 3 * kBits, zb1)};
+      Mma16816(sum, a, xw[2 * ii], xw[2 * ii + 1]);
+    }
+    const float s0 = F16BitsToFloat(static_cast<uint16_t>(d.sz[s].x & 0xFFFFu));
+    const float s1 = F16BitsToFloat(static_cast<uint16_t>(d.sz[s].y & 0xFFFFu));
+    acc[0] = fmaf(s0, sum[0], acc[0]);
+    acc[1] = fmaf(s0, sum[1], acc[1]);
+    acc[2] = fmaf(s1, sum[2], acc[2]);
+    acc[3] = fmaf(s1, sum[3], acc[3]);
+  }
+}
+
+template <int kBits, int U>
+__global__ void __launch_bounds__(kTileWarps * 32, 2) IntTileGemvKernel(const TileParams p) {
+  using S = TileShape<kBits>;
+  GridDepLaunch();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int kw_n = 1 << p.kw_shift, kw = warp & (kw_n - 1);
+  const int64_t tile = int64_t{blockIdx.x} * (kTileWarps >> p.kw_shift) + (warp >> p.kw_shift);
+  const bool live = tile < p.tiles;
+  const int nchunks = static_cast<int>(p.in / S::kChunkK);
+  const int n_my = live && kw < nchunks ? (nchunks - kw + kw_n - 1) / kw_n : 0;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  TileChunk<kBits> cur[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) LoadTileChunk<kBits>(p, tile, kw + u * kw_n, lane, u < n_my, cur[u]);
+  GridDepWait();
+  for (int b = 0; b < n_my; b += U) {
+    TileChunk<kBits> nxt[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int j = b + U + u;
+      LoadTileChunk<kBits>(p, tile, kw + j * kw_n, lane, j < n_my, nxt[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (b + u < n_my) ComputeTileChunk<kBits>(p, cur[u], kw + (b + u) * kw_n, lane, acc);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) cur[u] = nxt[u];
+  }
+  __shared__ float red[kTileWarps][32][4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) red[warp][lane][e] = acc[e];
+  __syncthreads();
+  if (kw != 0 || !live) return;
+  for (int k = 1; k < kw_n; ++k) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[e] += red[warp + k][lane][e];
+  }
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int n = 2 * t + (e & 1);
+    const int64_t row = tile * 16 + g + 8 * (e >> 1);
+    if (n >= p.m || row >= p.out) continue;
+    const int64_t idx = int64_t{n} * p.out + row;
+    if (p.y_acc != nullptr) {
+      p.y_acc[idx] += acc[e];
+    } else {
+      p.y[idx] = __float2bfloat16_rn(acc[e]);
+    }
+  }
+}
+
+// One thread per (tile, chunk, lane): its 16 inputs per subchunk of rows g and g + 8, written as
+// bf16 with the CPU reference's rounding (float(q - z) * s, one product).
+template <int kBits>
+__global__ void IntTileDequantKernel(const TileParams p, __nv_bfloat16* out) {
+  using S = TileShape<kBits>;
+  const int64_t nchunks = p.in / S::kChunkK;
+  const int64_t id = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (id >= p.tiles * nchunks * 32) return;
+  const int lane = static_cast<int>(id % 32);
+  const int c = static_cast<int>((id / 32) % nchunks);
+  const int64_t tile = id / 32 / nchunks;
+  TileChunk<kBits> d;
+  LoadTileChunk<kBits>(p, tile, c, lane, true, d);
+  const int g = lane >> 2, t = lane & 3;
+  const uint32_t words[4] = {d.q.x, d.q.y, d.q.z, d.q.w};
+  constexpr uint32_t kMask = (1u << kBits) - 1;
+#pragma unroll
+  for (int hi = 0; hi < 2; ++hi) {
+    const int64_t row = tile * 16 + g + 8 * hi;
+    if (row >= p.out) continue;
+#pragma unroll
+    for (int s = 0; s < S::kSub; ++s) {
+      const uint32_t sz = hi ? d.sz[s].y : d.sz[s].x;
+      const float scale = F16BitsToFloat(static_cast<uint16_t>(sz & 0xFFFFu));
+      const uint32_t z = sz >> 16;
+      uint32_t packed[8];
+#pragma unroll
+      for (int ii = 0; ii < 4; ++ii) {
+        const int i = 4 * s + ii;
+        const uint32_t w = kBits == 4 ? words[i] : words[i / 2];
+        const int base = kBits == 4 ? 0 : 8 * (i % 2);
+        float v[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int pair = 2 * (j >> 1) + hi;
+          const uint32_t q = (w >> (base + kBits * pair + 16 * (j & 1))) & kMask;
+          v[j] = __fmul_rn(IntDiff(q, z), scale);
+        }
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]);
+        const __nv_bfloat162 hi2 = __floats2bfloat162_rn(v[2], v[3]);
+        packed[2 * ii] = *reinterpret_cast<const uint32_t*>(&lo);
+        packed[2 * ii + 1] = *reinterpret_cast<const uint32_t*>(&hi2);
+      }
+      uint4* dst =
+          reinterpret_cast<uint4*>(out + row * p.in + int64_t{c} * S::kChunkK + 64 * s + 16 * t);
+      dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+      dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+    }
+  }
+}
+
+// Warps per tile: the fewest (longest chunk runs per warp) that still give two CTAs per SM.
+int WarpsPerTileShift(int64_t tiles, int64_t nchunks) {
+  const int64_t want = 2 * int64_t{SmCount()};
+  for (int shift = 0; shift < 3; ++shift) {
+    const int64_t per_cta = kTileWarps >> shift;
+    if ((tiles + per_cta - 1) / per_cta >= want && nchunks >= (1 << shift)) return shift;
+  }
+  return nchunks >= 8 ? 3 : (nchunks >= 4 ? 2 : (nchunks >= 2 ? 1 : 0));
+}
+
+template <int kBits>
+void RunIntTile(const GemvParams& gp, int m, __nv_bfloat16* dequant_out, cudaStream_t stream) {
+  TileParams p;
+  p.codes = gp.codes;
+  p.scales = reinterpret_cast<const uint32_t*>(gp.scales);
+  p.x = gp.x;
+  p.y = gp.y;
+  p.y_acc = gp.y_acc;
+  p.out = gp.out;
+  p.in = gp.in;
+  p.tiles = (gp.out + 15) / 16;
+  p.m = m;
+  p.group_shift = gp.group_shift;
+  const int64_t nchunks = gp.in / TileShape<kBits>::kChunkK;
+  if (dequant_out != nullptr) {
+    const int64_t threads = p.tiles * nchunks * 32;
+    IntTileDequantKernel<kBits>
+        <<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(p, dequant_out);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
+  p.kw_shift = WarpsPerTileShift(p.tiles, nchunks);
+  const int64_t per_cta = kTileWarps >> p.kw_shift;
+  detail::LaunchPdl(IntTileGemvKernel<kBits, 4>,
+                    dim3(static_cast<unsigned>((p.tiles + per_cta - 1) / per_cta)),
+                    dim3(kTileWarps * 32), 0, stream, p);
+}
+
+}  // namespace
+
+bool LaunchIntTile(int bits, const GemvParams& p, int m, __nv_bfloat16* dequant_out,
+                   cudaStream_t stream) {
+  if (!IntTileLayout(bits, 1 << p.group_shift, p.in)) return false;
+  if (bits == 4) {
+    RunIntTile<4>(p, m, dequant_out, stream);
+  } else {
+    RunIntTile<2>(p, m, dequant_out, stream);
+  }
+  return true;
+}
+
+}  // namespace dq::cuda::wo
