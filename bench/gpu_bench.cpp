@@ -326,6 +326,7 @@ int Main(int argc, char** argv) {
   app.add_option("--batches", o.batches, "decode batch sizes");
   app.add_option("--prefill-lengths", o.prefill_lengths, "prompt lengths");
   app.add_option("--steps", o.steps, "timed decode steps");
+  app.add_option("--context", o.context, "prompt tokens before the timed decode steps");
   app.add_option("--out", o.out, "JSON results");
   app.add_flag("--profile", o.profile, "per-kernel device time of decode steps / 8K prefills");
   CLI11_PARSE(app, argc, argv);

@@ -82,10 +82,21 @@ constexpr int SplitSmemBytes() {
   return kWarps * kStages * 2 * kTileKeys * kHeadDim * 2;
 }
 
+// Keys per partition for a context of `ctx` over at most `grid_splits` partitions: the context
+// is cut into as many partitions as the grid has (at least kMinPartKeys each, a multiple of
+// kTileKeys), so a short context still spreads over several blocks and a long one over all of
+// them. Computed on the device from the actual length because a captured decode graph fixes
+// the grid for every context.
+constexpr int kMinPartKeys = 32;
+__device__ __forceinline__ int DecodePartLen(int ctx, int grid_splits) {
+  const int n = min(grid_splits, max(1, (ctx + kMinPartKeys - 1) / kMinPartKeys));
+  const int part = (ctx + n - 1) / n;
+  return (part + kTileKeys - 1) / kTileKeys * kTileKeys;
+}
+
 template <int kHeadDim, int kStages>
 __global__ void __launch_bounds__(kThreads)
-    DecodeSplitKernel(DecodeAttentionArgs a, KvCacheLayer c, Workspace ws, int splits,
-                      int part_len) {
+    DecodeSplitKernel(DecodeAttentionArgs a, KvCacheLayer c, Workspace ws, int splits) {
   constexpr int kTileBytes = kTileKeys * kHeadDim * 2, kDTiles = kHeadDim / 8;
   constexpr int kChunks = kHeadDim / 8, kRowsPerPass = 32 / kChunks;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -93,6 +104,7 @@ __global__ void __launch_bounds__(kThreads)
   detail::PdlTrigger();
   const int seq = blockIdx.z, kvh = blockIdx.y, split = blockIdx.x;
   const int ctx = a.context_lens[seq];
+  const int part_len = DecodePartLen(ctx, gridDim.x);
   const int start = split * part_len;
   if (start >= ctx) return;
   const int end = min(ctx, start + part_len);
@@ -251,11 +263,12 @@ __global__ void __launch_bounds__(kThreads)
 
 // Block (head, seq), one thread per output dim: merges the partitions' softmax states.
 __global__ void DecodeReduceKernel(DecodeAttentionArgs a, Workspace ws, int splits, int head_dim,
-                                   int part_len) {
+                                   int grid_splits) {
   detail::PdlWait();
   detail::PdlTrigger();
   const int seq = blockIdx.y, h = blockIdx.x, d = threadIdx.x;
-  const int num_splits = (a.context_lens[seq] + part_len - 1) / part_len;
+  const int ctx = a.context_lens[seq], part_len = DecodePartLen(ctx, grid_splits);
+  const int num_splits = (ctx + part_len - 1) / part_len;
   if (num_splits <= 1) return;  // written by the split kernel
   const int64_t state0 = (int64_t{seq} * a.num_heads + h) * splits;
   float m = -INFINITY;
@@ -305,10 +318,13 @@ void Launch(const DecodeAttentionArgs& a, const KvCacheLayer& c, cudaStream_t st
   const int part_len = PartitionLen(a.num_seqs, c.num_kv_heads, a.max_context, slots);
   const int splits = MaxSplits(a.max_context);  // workspace stride (>= partitions used)
   const Workspace ws = Carve(a.workspace, a.num_seqs, a.num_heads, kHeadDim, splits);
-  const dim3 grid((a.max_context + part_len - 1) / part_len, c.num_kv_heads, a.num_seqs);
-  detail::LaunchPdl(kernel, grid, kThreads, kSmem, stream, a, c, ws, splits, part_len);
+  // The grid: as many partitions as fill the GPU for max_context; a shorter context is cut into
+  // as many (DecodePartLen), never fewer keys than kMinPartKeys each.
+  const int grid_splits = (a.max_context + part_len - 1) / part_len;
+  const dim3 grid(grid_splits, c.num_kv_heads, a.num_seqs);
+  detail::LaunchPdl(kernel, grid, kThreads, kSmem, stream, a, c, ws, splits);
   detail::LaunchPdl(DecodeReduceKernel, dim3(a.num_heads, a.num_seqs), kHeadDim, 0, stream, a, ws,
-                    splits, kHeadDim, part_len);
+                    splits, kHeadDim, grid_splits);
 }
 
 // Ring depth: 3 stages (two blocks per SM; measured best) unless DQ_DECODE_STAGES=4 (tuning).

@@ -1,9 +1,11 @@
 // Paged decode attention: one query token per sequence (at position context_len - 1, whose K/V
 // are already in the cache), attending to cache positions [0, context_len). GQA: one block
-// serves all query heads of a KV head, so each K/V byte is read once. Long contexts are split
-// into partitions of kDecodePartition tokens (flash-decoding); a second kernel merges the
-// partitions' softmax states. The grid is sized from max_context (a host bound), so a captured
-// graph replays for any context_lens up to it; the workspace is passed in.
+// serves all query heads of a KV head, so each K/V byte is read once. The context is split into
+// partitions (flash-decoding), a second kernel merging their softmax states. The grid is sized
+// from max_context (a host bound: as many partitions as fill the GPU, in units of
+// kDecodePartition), so a captured graph replays for any context_lens up to it; each sequence's
+// own context is cut into that many partitions on the device (at least 32 keys each). The
+// workspace is passed in.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -164,7 +164,6 @@ struct Q6KFormat {
 
 struct Bf16Format {
   static constexpr int kUnit = 8;
-  static constexpr int kUnrollM1 = 8;  // 2 bytes per weight, ~1 instruction per weight
   struct Raw {
     uint4 v;
   };

@@ -197,14 +197,8 @@ void LaunchGemvMWU(const GemvParams& p, cudaStream_t stream) {
                     dim3(W * 32), 0, stream, p);
 }
 
-// Formats with few instructions per byte (bf16) set kUnrollM1 to keep more loads in flight per
-// lane at m = 1 (DQ_WO_UNROLL_DEFAULT=1 uses the default unroll, for A/B timing).
 template <class F, int M, int W>
 void LaunchGemvMW(const GemvParams& p, cudaStream_t stream) {
-  if constexpr (M == 1 && requires { F::kUnrollM1; }) {
-    static const bool plain = std::getenv("DQ_WO_UNROLL_DEFAULT") != nullptr;
-    if (!plain) return LaunchGemvMWU<F, M, W, F::kUnrollM1>(p, stream);
-  }
   LaunchGemvMWU<F, M, W>(p, stream);
 }
 
