@@ -173,11 +173,13 @@ absl::StatusOr<nlohmann::json> Decode(Bench& x, int b, int context, int steps, b
   }
   BatchLogits logits;
   DQ_RETURN_IF_ERROR(x.model.Forward(pre, x.pool, x.threads, &logits, {}));
-  std::vector<int32_t> next(b, 1);
+  std::vector<int32_t> next(b, 1), sampled(b, 0);
+  // As the decode worker runs a step: greedy tokens picked on the device, only ids come back.
+  const std::vector<DeviceSampling> greedy(b, DeviceSampling{0.0f, 0, 1.0f, 0.0f, 0.0});
   auto step = [&]() -> absl::Status {
     Batch d{Phase::kDecode, {}};
     for (int i = 0; i < b; ++i) d.items.push_back({&seqs[i], std::span(&next[i], 1), false});
-    return x.model.Forward(d, x.pool, x.threads, &logits, {});
+    return x.model.ForwardSample(d, x.pool, x.threads, greedy, sampled, {});
   };
   for (int i = 0; i < 3; ++i) DQ_RETURN_IF_ERROR(step());  // graph capture + warm-up
   const auto t0 = std::chrono::steady_clock::now();
@@ -187,6 +189,7 @@ absl::StatusOr<nlohmann::json> Decode(Bench& x, int b, int context, int steps, b
                       {"context", context},
                       {"steps", steps},
                       {"ms_per_step", 1e3 * s / steps},
+                      {"sampling", "greedy on the device (ForwardSample)"},
                       {"tokens_per_second", b * steps / s}};
   bench::KernelProfiler prof;
   if (profile && prof.Start()) {

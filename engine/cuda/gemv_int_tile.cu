@@ -13,9 +13,10 @@
 // products; the group scale multiplies each subchunk's sum once (a reordering of the fp32 sums of
 // the CPU reference's (q - z)·s·x).
 //
-// A CTA is 8 warps; KW of them share a tile, each streaming every KW-th chunk through its own
-// cp.async ring; partial sums meet in shared memory. The ring's first chunks are requested before
-// griddepcontrol.wait, so the weight stream starts while the previous kernel drains.
+// A CTA is 8 warps (16 for matrices with few tiles and long rows); KW of them share a tile, each
+// streaming every KW-th chunk through its own cp.async ring; partial sums meet in shared memory.
+// The ring's first chunks are requested before griddepcontrol.wait, so the weight stream starts
+// while the previous kernel drains.
 #include <cstdlib>
 
 #include "engine/cuda/weight_only_kernels.cuh"
@@ -165,9 +166,9 @@ struct RingLayout {
   static constexpr int kScaleBytes = 32 * 8 * TileShape<kBits>::kSub;
   static constexpr int kStageBytes = 512 + kScaleBytes;
 };
-template <int kBits, int kStages>
+template <int kBits, int kStages, int kWarps>
 constexpr int RingSmemBytes() {
-  return kTileWarps * kStages * RingLayout<kBits>::kStageBytes;
+  return kWarps * kStages * RingLayout<kBits>::kStageBytes;
 }
 
 __device__ __forceinline__ void CpAsyncCg16(uint32_t dst, const void* src) {
@@ -196,15 +197,15 @@ __device__ __forceinline__ void IssueRingChunk(const TileParams& p, int64_t tile
   }
 }
 
-template <int kBits, int kStages>
-__global__ void __launch_bounds__(kTileWarps * 32) IntTileRingKernel(const TileParams p) {
+template <int kBits, int kStages, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32) IntTileRingKernel(const TileParams p) {
   using S = TileShape<kBits>;
   using L = RingLayout<kBits>;
   extern __shared__ __align__(16) unsigned char ring_smem[];
   GridDepLaunch();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int kw_n = 1 << p.kw_shift, kw = warp & (kw_n - 1);
-  const int64_t tile = int64_t{blockIdx.x} * (kTileWarps >> p.kw_shift) + (warp >> p.kw_shift);
+  const int64_t tile = int64_t{blockIdx.x} * (kWarps >> p.kw_shift) + (warp >> p.kw_shift);
   const bool live = tile < p.tiles;
   const int nchunks = static_cast<int>(p.in / S::kChunkK);
   const int n_my = live && kw < nchunks ? (nchunks - kw + kw_n - 1) / kw_n : 0;
@@ -237,7 +238,7 @@ __global__ void __launch_bounds__(kTileWarps * 32) IntTileRingKernel(const TileP
     ComputeTileChunk<kBits>(p, d, kw + i * kw_n, lane, acc);
   }
   CpAsyncWaitGroup<0>();
-  __shared__ float red[kTileWarps][32][4];
+  __shared__ float red[kWarps][32][4];
 #pragma unroll
   for (int e = 0; e < 4; ++e) red[warp][lane][e] = acc[e];
   __syncthreads();
@@ -315,6 +316,19 @@ int WarpsPerTileShift(int64_t tiles, int64_t nchunks) {
   return nchunks >= 8 ? 3 : (nchunks >= 4 ? 2 : (nchunks >= 2 ? 1 : 0));
 }
 
+template <int kBits, int kStages, int kWarps>
+void LaunchRing(const TileParams& p, dim3 grid, cudaStream_t stream) {
+  constexpr int kSmem = RingSmemBytes<kBits, kStages, kWarps>();
+  static const bool attr = [] {
+    CUDA_CHECK(cudaFuncSetAttribute(IntTileRingKernel<kBits, kStages, kWarps>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    return true;
+  }();
+  (void)attr;
+  detail::LaunchPdl(IntTileRingKernel<kBits, kStages, kWarps>, grid, dim3(kWarps * 32), kSmem,
+                    stream, p);
+}
+
 template <int kBits>
 void RunIntTile(const GemvParams& gp, int m, __nv_bfloat16* dequant_out, cudaStream_t stream) {
   TileParams p;
@@ -336,19 +350,17 @@ void RunIntTile(const GemvParams& gp, int m, __nv_bfloat16* dequant_out, cudaStr
     CUDA_CHECK_LAUNCH();
     return;
   }
+  constexpr int kStages = kBits == 4 ? 8 : 6;
+  // Few tiles (out = 2560: Qwen3-4B's o and down) and long rows: 16 warps on each tile, one tile
+  // per CTA, so that the rows' bytes still spread over every SM.
+  if (p.tiles < 2 * int64_t{SmCount()} && nchunks >= 16) {
+    p.kw_shift = 4;
+    return LaunchRing<kBits, kStages, 16>(p, dim3(static_cast<unsigned>(p.tiles)), stream);
+  }
   p.kw_shift = WarpsPerTileShift(p.tiles, nchunks);
   const int64_t per_cta = kTileWarps >> p.kw_shift;
-  const dim3 grid(static_cast<unsigned>((p.tiles + per_cta - 1) / per_cta));
-  constexpr int kStages = kBits == 4 ? 8 : 6;
-  constexpr int kSmem = RingSmemBytes<kBits, kStages>();
-  static const bool attr = [] {
-    CUDA_CHECK(cudaFuncSetAttribute(IntTileRingKernel<kBits, kStages>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    return true;
-  }();
-  (void)attr;
-  detail::LaunchPdl(IntTileRingKernel<kBits, kStages>, grid, dim3(kTileWarps * 32), kSmem, stream,
-                    p);
+  LaunchRing<kBits, kStages, kTileWarps>(
+      p, dim3(static_cast<unsigned>((p.tiles + per_cta - 1) / per_cta)), stream);
 }
 
 }  // namespace

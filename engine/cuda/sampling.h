@@ -7,8 +7,8 @@
 //     (l >= max + log(min_p)) and a draw in id order, which matches the CPU token for token;
 //     with top-k/top-p, the same kept set (top-k by (logit desc, id asc), the nucleus = the
 //     most likely tokens while the mass before each is < top_p * total, then p/p_max >= min_p)
-//     and the same probabilities, drawn in id order (the CPU draws in the order its selection
-//     left the candidates, which its std::partition/nth_element make implementation-defined).
+//     and the same probabilities, drawn in id order over the kept set, as the CPU Sampler
+//     draws too, so a seeded stream gives the same tokens on either path (up to near-ties).
 // Penalties (presence/frequency/repetition) are not applied here. Capture-safe; no workspace.
 #pragma once
 
