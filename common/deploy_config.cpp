@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/device_spec.h"
 
 namespace dq {
 namespace {
@@ -66,6 +67,7 @@ absl::Status ReadPhase(const toml::table& t, const std::string& name, PhaseConfi
   TableReader r(t, "[" + name + "]");
   r.Get("weights", &p->weights);
   r.Get("compute", &p->compute);
+  r.Get("device", &p->device);
   r.Get("threads", &p->threads);
   r.Get("kv_capacity", &p->kv_capacity);
   r.Get("port", &p->port);
@@ -109,6 +111,20 @@ absl::Status CheckValues(const DeployConfig& c) {
   if (c.decode.max_batch < 1) return absl::InvalidArgumentError("[decode] max_batch must be >= 1");
   if (c.prefill.token_budget < 16) {
     return absl::InvalidArgumentError("[prefill] token_budget must be >= 16");
+  }
+  absl::StatusOr<DeviceSpec> devices[2] = {ParseDeviceSpec(c.prefill.device),
+                                           ParseDeviceSpec(c.decode.device)};
+  for (int i = 0; i < 2; ++i) {
+    if (!devices[i].ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(i == 0 ? "[prefill] " : "[decode] ", devices[i].status().message()));
+    }
+  }
+  if (devices[0]->cuda != devices[1]->cuda) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[prefill] device = \"", c.prefill.device, "\" and [decode] device = \"", c.decode.device,
+        "\": the CPU keeps KV in f32 and CUDA in bf16, so both workers must be on the CPU or "
+        "both on GPUs"));
   }
   return absl::OkStatus();
 }

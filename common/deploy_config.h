@@ -5,8 +5,8 @@
 //   [router]   host, port, grpc_port, api_key_env, max_in_flight, max_queue, queue_timeout_ms,
 //              request_timeout_ms, max_body_bytes
 //   [transfer] backend ("tcp" | "ucx"), io_timeout_ms
-//   [prefill]  weights, compute, threads, token_budget, kv_capacity, port
-//   [decode]   weights, compute, threads, max_batch, kv_capacity, lease_ttl_ms, port
+//   [prefill]  weights, compute, device, threads, token_budget, kv_capacity, port
+//   [decode]   weights, compute, device, threads, max_batch, kv_capacity, lease_ttl_ms, port
 //
 // Unknown tables or keys are errors (a typo must not silently fall back to a default).
 #pragma once
@@ -41,6 +41,9 @@ struct TransferConfig {
 struct PhaseConfig {
   std::string weights;  // empty: the model's own weights
   std::string compute = "weight_only";
+  // "cpu", "cuda" or "cuda:N" (common/device_spec.h): where the worker computes and keeps its
+  // KV cache. Both workers must agree on CPU vs GPU (the KV dtype differs).
+  std::string device = "cpu";
   int threads = 0;      // 0: all hardware threads
   int kv_capacity = 0;  // tokens; 0: the worker's default
   int port = 0;         // 0: a free loopback port

@@ -43,7 +43,7 @@ DecodeBatcher::DecodeBatcher(ModelRunner& runner, KvLeaseTable& leases,
 DecodeBatcher::~DecodeBatcher() { Shutdown(); }
 
 absl::StatusOr<std::shared_ptr<DecodeStream>> DecodeBatcher::Submit(DecodeJob job) {
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   if (stop_) return absl::UnavailableError("the decode worker is shutting down; retry elsewhere");
   if (live_.contains(job.request_id)) {
     return absl::AlreadyExistsError(
@@ -73,6 +73,30 @@ absl::StatusOr<std::shared_ptr<DecodeStream>> DecodeBatcher::Submit(DecodeJob jo
     RetireLocked(s);
     return stream;
   }
+  if (!options_.land_kv) {
+    waiting_.push_back(std::move(seq));
+    cv_.notify_all();
+    return stream;
+  }
+  lock.unlock();
+  // The sequence is live (Abort flags it) but not queued, so no step touches its blocks while
+  // they fill; the lease is committed, so they stay its own.
+  const absl::Status landed = options_.land_kv(s.job.lease_id);
+  lock.lock();
+  if (!landed.ok()) {
+    Finish(s, v1::FINISH_REASON_ERROR, landed.ToString());
+    RetireLocked(s);
+    return absl::Status(landed.code(), absl::StrCat("request ", s.job.request_id,
+                                                    ": the prompt's KV did not reach the "
+                                                    "cache: ",
+                                                    landed.message()));
+  }
+  if (stop_) {
+    Finish(s, v1::FINISH_REASON_ABORT, "the decode worker is shutting down");
+    RetireLocked(s);
+    return stream;
+  }
+  // An Abort meanwhile set s.abort: the next sweep ends it.
   waiting_.push_back(std::move(seq));
   cv_.notify_all();
   return stream;

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -43,6 +44,11 @@ struct DecodeJob {
 struct DecodeBatcherOptions {
   int max_batch = 4;                   // sequences per decode step
   std::vector<int32_t> eos_token_ids;  // end a sequence unless its params say ignore_eos
+  // Called with a lease's id once it is committed and before its sequence joins the batch,
+  // without the batcher's lock (running sequences keep stepping meanwhile): moves the KV the
+  // prefill worker wrote into a staging buffer into the lease's blocks (LeaseRegions::Land).
+  // An error fails the request. Empty: the KV is in the blocks already (CPU).
+  std::function<absl::Status(const std::string& lease_id)> land_kv;
 };
 
 // Thread-safe. Lock order: the batcher's lock, then the lease table's.
@@ -55,9 +61,10 @@ class DecodeBatcher {
   DecodeBatcher(const DecodeBatcher&) = delete;
   DecodeBatcher& operator=(const DecodeBatcher&) = delete;
 
-  // Commits the job's lease and queues the sequence. The returned stream already holds the
-  // first token (or is finished when that token ends generation). Errors: the lease table's
-  // Commit error (the KV is missing; nothing is recomputed), AlreadyExists (the request id is
+  // Commits the job's lease, lands its KV (options.land_kv) and queues the sequence. The
+  // returned stream already holds the first token (or is finished when that token ends
+  // generation). Errors: the lease table's Commit error (the KV is missing; nothing is
+  // recomputed), land_kv's error (the lease is released), AlreadyExists (the request id is
   // decoding), Unavailable (shutting down).
   absl::StatusOr<std::shared_ptr<DecodeStream>> Submit(DecodeJob job);
 

@@ -29,15 +29,22 @@ absl::Status DecodeServer::Init(const DecodeServerOptions& o) {
   tc.kind = o.transport;
   tc.bind_address = o.transfer_host;
   DQ_ASSIGN_OR_RETURN(transport_, kvtransfer::CreateTransport(tc));
+  if (model_.kv_staging == nullptr) {
+    return absl::InternalError("the decode model has no KV staging (load it with LoadPhaseModel)");
+  }
   KvBlockPool& pool = model_.runner->kv_pool();
   leases_ = std::make_unique<KvLeaseTable>(pool);
-  regions_ = std::make_unique<LeaseRegions>(*transport_, pool);
+  regions_ = std::make_unique<LeaseRegions>(*transport_, *model_.kv_staging);
   // Regions go before blocks: a lease's late writes are refused instead of landing in blocks
   // that another request owns by then.
   leases_->set_free_hook([r = regions_.get()](const KvLease& l) { r->Release(l.lease_id); });
   DecodeBatcherOptions bo;
   bo.max_batch = o.max_batch;
   bo.eos_token_ids = model_.model->config.eos_token_ids;
+  if (model_.kv_staging->staged()) {
+    // The KV arrives in each lease's staging buffer; it enters the cache at commit.
+    bo.land_kv = [r = regions_.get()](const std::string& lease_id) { return r->Land(lease_id); };
+  }
   batcher_ = std::make_unique<DecodeBatcher>(*model_.runner, *leases_, std::move(bo));
 
   DecodeServiceOptions so;

@@ -4,78 +4,116 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "decode_worker/lease_staging.h"
 
 namespace dq::decode {
 namespace v1 = dqserve::v1;
 
 LeaseRegions::~LeaseRegions() {
   std::lock_guard lock(mu_);
-  for (const auto& [lease, ids] : by_lease_) ReleaseAll(ids);
+  for (const auto& [lease, entry] : by_lease_) ReleaseAll(entry.ids);
   by_lease_.clear();
 }
 
 absl::StatusOr<v1::KvEndpoint> LeaseRegions::Register(const KvLease& lease, int prompt_tokens) {
-  const int prompt_blocks = pool_.BlocksFor(prompt_tokens);
+  const worker::KvGeometry& cache = staging_.geometry();
+  const int prompt_blocks = (prompt_tokens + cache.block_size - 1) / cache.block_size;
   if (prompt_blocks > static_cast<int>(lease.blocks.size())) {
     return absl::InternalError(absl::StrCat("lease ", lease.lease_id, " holds ",
                                             lease.blocks.size(), " blocks, the prompt needs ",
                                             prompt_blocks));
   }
   const std::vector<int32_t> prompt(lease.blocks.begin(), lease.blocks.begin() + prompt_blocks);
+  const std::vector<BlockRun> runs = ToBlockRuns(prompt);
+  const LeaseStagingPlan plan = PlanLeaseStaging(runs, cache);
+  Entry entry;
+  char* base[2] = {staging_.host_tensor(worker::kKeys), staging_.host_tensor(worker::kValues)};
+  if (staging_.staged()) {
+    auto buffer = staging_.AllocateHost(plan.host_bytes);
+    if (!buffer.ok()) {
+      return absl::Status(
+          buffer.status().code(),
+          absl::StrCat("staging lease ", lease.lease_id, "'s KV: ", buffer.status().message()));
+    }
+    entry.staging = std::move(*buffer);
+    entry.copies = plan.copies;
+  }
   v1::KvEndpoint endpoint;
   endpoint.set_transport(std::string(transport_.name()));
   endpoint.set_address(transport_.address());
-  std::vector<kvtransfer::RegionId> ids;
-  const int layers = pool_.options().num_layers;
-  const uint64_t block_bytes = pool_.block_bytes();
-  for (const BlockRun& run : ToBlockRuns(prompt)) {
-    for (int layer = 0; layer < layers; ++layer) {
-      for (v1::KvTensor tensor : {v1::KV_TENSOR_KEY, v1::KV_TENSOR_VALUE}) {
-        float* base = tensor == v1::KV_TENSOR_KEY ? pool_.keys_data() : pool_.values_data();
-        char* at = reinterpret_cast<char*>(base) + pool_.block_offset(layer, run.start);
-        auto handle = transport_.RegisterRegion(at, run.count * block_bytes);
-        if (!handle.ok()) {
-          ReleaseAll(ids);
-          return absl::Status(handle.status().code(),
-                              absl::StrCat("registering lease ", lease.lease_id, "'s KV with the ",
-                                           std::string(transport_.name()),
-                                           " transport: ", handle.status().message()));
-        }
-        ids.push_back(handle->id);
-        v1::KvRemoteRegion* r = endpoint.add_regions();
-        r->set_tensor(tensor);
-        r->set_first_layer(layer);
-        r->set_num_layers(1);
-        r->set_layer_stride_bytes(pool_.layer_stride_bytes());
-        r->set_block_bytes(block_bytes);
-        r->set_region_descriptor(std::move(handle->descriptor));
-        r->set_first_block(run.start);
-        r->set_num_blocks(run.count);
-      }
+  for (const StagedRegion& s : plan.regions) {
+    // In place: the cache's own blocks; staged: the lease's buffer.
+    char* at = entry.staging ? entry.staging->data() + s.host_offset
+                             : base[s.tensor] + cache.offset(s.layer, s.run.start);
+    auto handle = transport_.RegisterRegion(at, s.bytes);
+    if (!handle.ok()) {
+      ReleaseAll(entry.ids);
+      return absl::Status(
+          handle.status().code(),
+          absl::StrCat("registering lease ", lease.lease_id, "'s KV with the ",
+                       std::string(transport_.name()), " transport: ", handle.status().message()));
     }
+    entry.ids.push_back(handle->id);
+    v1::KvRemoteRegion* r = endpoint.add_regions();
+    r->set_tensor(s.tensor == worker::kKeys ? v1::KV_TENSOR_KEY : v1::KV_TENSOR_VALUE);
+    r->set_first_layer(s.layer);
+    r->set_num_layers(1);
+    r->set_layer_stride_bytes(entry.staging ? plan.host_layer_stride : cache.layer_stride_bytes());
+    r->set_block_bytes(cache.block_bytes);
+    r->set_region_descriptor(std::move(handle->descriptor));
+    r->set_first_block(s.run.start);
+    r->set_num_blocks(s.run.count);
   }
   std::lock_guard lock(mu_);
-  auto& slot = by_lease_[lease.lease_id];
-  slot.insert(slot.end(), ids.begin(), ids.end());
+  Entry& slot = by_lease_[lease.lease_id];
+  slot.ids.insert(slot.ids.end(), entry.ids.begin(), entry.ids.end());
+  if (entry.staging) {
+    slot.staging = std::move(entry.staging);
+    slot.copies = std::move(entry.copies);
+  }
   return endpoint;
 }
 
+absl::Status LeaseRegions::Land(const std::string& lease_id) {
+  std::shared_ptr<worker::HostBuffer> buffer;
+  std::vector<worker::KvCopy> copies;
+  {
+    std::lock_guard lock(mu_);
+    auto it = by_lease_.find(lease_id);
+    if (it == by_lease_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("lease ", lease_id, " has no KV regions on this decode worker"));
+    }
+    if (!it->second.staging) return absl::OkStatus();
+    // Held past the lock: a concurrent Release frees the buffer only after this copy.
+    buffer = it->second.staging;
+    copies = it->second.copies;
+  }
+  absl::Status s = staging_.CopyIn(copies, buffer->data());
+  if (!s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("moving lease ", lease_id,
+                                               "'s staged KV into the cache: ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
 void LeaseRegions::Release(const std::string& lease_id) {
-  std::vector<kvtransfer::RegionId> ids;
+  Entry entry;
   {
     std::lock_guard lock(mu_);
     auto it = by_lease_.find(lease_id);
     if (it == by_lease_.end()) return;
-    ids = std::move(it->second);
+    entry = std::move(it->second);
     by_lease_.erase(it);
   }
-  ReleaseAll(ids);
+  // Regions first: after this no transport writes into the buffer, which may then be reused.
+  ReleaseAll(entry.ids);
 }
 
 int LeaseRegions::num_regions() const {
   std::lock_guard lock(mu_);
   size_t n = 0;
-  for (const auto& [lease, ids] : by_lease_) n += ids.size();
+  for (const auto& [lease, entry] : by_lease_) n += entry.ids.size();
   return static_cast<int>(n);
 }
 

@@ -4,9 +4,14 @@
 // tensor) rather than the whole pool once: when the lease ends, its regions are released before
 // its blocks return to the pool, so a late write from a slow or dead prefill worker is refused
 // (tcp, local) instead of landing in blocks another request already owns.
+//
+// Where the regions are depends on the KV cache (worker::KvStaging): in the pool itself when it
+// is host memory (CPU), else in a staging buffer of the lease's own (page-locked on CUDA; plan in
+// lease_staging.h), which Land() copies into the lease's blocks once the lease is committed.
 #pragma once
 
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -14,40 +19,52 @@
 #include "absl/status/statusor.h"
 #include "decode_worker/kv_lease_table.h"
 #include "dqserve/v1/worker.pb.h"
-#include "engine/kvcache/kv_block_pool.h"
 #include "kvtransfer/transport.h"
+#include "worker_common/kv_staging.h"
 
 namespace dq::decode {
 
 // Thread-safe.
 class LeaseRegions {
  public:
-  // `pool` is only read for addresses and sizes (never its free list, which is not
-  // thread-safe); both must outlive this object.
-  LeaseRegions(kvtransfer::Transport& transport, KvBlockPool& pool)
-      : transport_(transport), pool_(pool) {}
+  // Both must outlive this object.
+  LeaseRegions(kvtransfer::Transport& transport, worker::KvStaging& staging)
+      : transport_(transport), staging_(staging) {}
   ~LeaseRegions();
   LeaseRegions(const LeaseRegions&) = delete;
   LeaseRegions& operator=(const LeaseRegions&) = delete;
 
-  // Registers the blocks holding the lease's first `prompt_tokens` tokens and returns the
-  // endpoint the prefill worker writes to. On error nothing stays registered.
+  // Registers the blocks holding the lease's first `prompt_tokens` tokens (or a staging buffer
+  // for them) and returns the endpoint the prefill worker writes to. On error nothing stays
+  // registered.
   absl::StatusOr<dqserve::v1::KvEndpoint> Register(const KvLease& lease, int prompt_tokens);
 
-  // Releases every region of `lease_id` (none is fine). Blocks while a tcp copy into one of them
-  // is in flight (bounded by the transport's io timeout).
+  // Moves what the prefill worker wrote into the lease's staging buffer into its cache blocks
+  // and returns once it is there; a no-op when the regions are the cache itself. Call it after
+  // the lease is committed (the prefill is done writing, and the blocks are the lease's until
+  // it is released) and before the sequence's first decode step. NotFound for a lease without
+  // regions here.
+  absl::Status Land(const std::string& lease_id);
+
+  // Releases every region of `lease_id` (none is fine), then its staging buffer. Blocks while a
+  // tcp copy into one of them is in flight (bounded by the transport's io timeout).
   void Release(const std::string& lease_id);
 
   // Regions registered now, over all leases (tests, diagnostics).
   int num_regions() const;
 
  private:
+  struct Entry {
+    std::vector<kvtransfer::RegionId> ids;
+    std::shared_ptr<worker::HostBuffer> staging;  // null when the regions are the cache
+    std::vector<worker::KvCopy> copies;           // staging -> cache
+  };
   void ReleaseAll(const std::vector<kvtransfer::RegionId>& ids);
 
   kvtransfer::Transport& transport_;
-  KvBlockPool& pool_;
+  worker::KvStaging& staging_;
   mutable std::mutex mu_;
-  std::map<std::string, std::vector<kvtransfer::RegionId>> by_lease_;
+  std::map<std::string, Entry> by_lease_;
 };
 
 }  // namespace dq::decode

@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdio>
 
+#include "common/device_spec.h"
 #include "common/logging.h"
 #include "decode_worker/decode_server.h"
 #include "worker_common/phase_model.h"
@@ -18,6 +19,15 @@ struct Flags {
   dq::decode::DecodeServerOptions server;
   std::string log_level = "info";
 };
+
+CLI::Validator DeviceValidator() {
+  return CLI::Validator(
+      [](std::string& v) {
+        auto d = dq::ParseDeviceSpec(v);
+        return d.ok() ? std::string() : std::string(d.status().message());
+      },
+      "cpu|cuda|cuda:N");
+}
 
 void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--model", f.model.model, "model: a .gguf file or a HF checkpoint directory")
@@ -43,6 +53,9 @@ void AddFlags(CLI::App& app, Flags& f) {
       ->check(CLI::Range(1, 3600 * 1000));
   app.add_option("--threads", f.model.threads, "compute threads (0: all)")
       ->check(CLI::Range(0, 4096));
+  app.add_option("--device", f.model.device,
+                 "where to compute and keep the KV cache: cpu, cuda or cuda:N (a CUDA build)")
+      ->check(DeviceValidator());
   app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error, off");
 }
 
@@ -89,9 +102,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   LogIdentity((*server)->identity());
-  spdlog::info("dq-decode: serving on {} (KV transport {}, max batch {}, {} KV blocks)",
-               (*server)->address(), f.server.transport, f.server.max_batch,
-               (*server)->leases().stats().total_blocks);
+  spdlog::info(
+      "dq-decode: serving on {} (device {}, KV transport {}{}, max batch {}, {} KV blocks)",
+      (*server)->address(), (*model)->device.name(), f.server.transport,
+      (*model)->kv_staging->staged() ? " through pinned host staging" : "", f.server.max_batch,
+      (*server)->leases().stats().total_blocks);
   int sig = 0;
   sigwait(&signals, &sig);
   spdlog::info("dq-decode: {} received, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");

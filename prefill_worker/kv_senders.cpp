@@ -4,7 +4,7 @@
 
 namespace dq::prefill {
 
-absl::StatusOr<std::unique_ptr<KvSenders>> KvSenders::Create(KvBlockPool& pool,
+absl::StatusOr<std::unique_ptr<KvSenders>> KvSenders::Create(const KvSourceMemory& source,
                                                              const KvSendersOptions& options) {
   if (options.kinds.empty()) {
     return absl::InvalidArgumentError("give at least one KV transport (e.g. --transports tcp)");
@@ -21,9 +21,9 @@ absl::StatusOr<std::unique_ptr<KvSenders>> KvSenders::Create(KvBlockPool& pool,
     KvSender sender;
     DQ_ASSIGN_OR_RETURN(sender.transport, kvtransfer::CreateTransport(config));
     DQ_ASSIGN_OR_RETURN(kvtransfer::RegionHandle k,
-                        sender.transport->RegisterRegion(pool.keys_data(), pool.region_bytes()));
+                        sender.transport->RegisterRegion(source.keys, source.bytes));
     sender.keys = k.id;
-    auto v = sender.transport->RegisterRegion(pool.values_data(), pool.region_bytes());
+    auto v = sender.transport->RegisterRegion(source.values, source.bytes);
     if (!v.ok()) {
       (void)sender.transport->ReleaseRegion(sender.keys);
       return v.status();

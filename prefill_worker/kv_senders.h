@@ -1,6 +1,7 @@
-// The prefill worker's KV transports: one per backend it was started with, each with the local
-// pool's K and V storage registered once (whole regions, as copy sources), so that a request
-// only prepares the lease's remote regions.
+// The prefill worker's KV transports: one per backend it was started with, each with the K and V
+// source memory registered once (whole regions, as copy sources: the pool itself on the CPU, the
+// staging arena on a device; kv_stager.h), so that a request only prepares the lease's remote
+// regions.
 #pragma once
 
 #include <map>
@@ -9,15 +10,21 @@
 #include <vector>
 
 #include "common/status.h"
-#include "engine/kvcache/kv_block_pool.h"
 #include "kvtransfer/transport.h"
 
 namespace dq::prefill {
 
 struct KvSender {
   std::unique_ptr<kvtransfer::Transport> transport;
-  kvtransfer::RegionId keys = 0;    // the pool's keys_data()
-  kvtransfer::RegionId values = 0;  // the pool's values_data()
+  kvtransfer::RegionId keys = 0;    // KvSourceMemory::keys
+  kvtransfer::RegionId values = 0;  // KvSourceMemory::values
+};
+
+// Where the transports read K and V from: two host regions of `bytes` bytes each.
+struct KvSourceMemory {
+  char* keys = nullptr;
+  char* values = nullptr;
+  uint64_t bytes = 0;
 };
 
 struct KvSendersOptions {
@@ -29,8 +36,8 @@ struct KvSendersOptions {
 
 class KvSenders {
  public:
-  // Creates each transport and registers `pool`'s storage with it. The pool must outlive this.
-  static absl::StatusOr<std::unique_ptr<KvSenders>> Create(KvBlockPool& pool,
+  // Creates each transport and registers `source` with it. The memory must outlive this.
+  static absl::StatusOr<std::unique_ptr<KvSenders>> Create(const KvSourceMemory& source,
                                                            const KvSendersOptions& options);
   // Releases the registered regions (blocks until no copy reads them).
   ~KvSenders();

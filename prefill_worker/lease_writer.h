@@ -35,6 +35,9 @@ class LeaseWriter {
   // Waits until every posted transfer is done or failed; returns the first error of any Post or
   // transfer so far (Unavailable naming the decode worker), OK otherwise.
   absl::Status Wait();
+  // Records a failure before any Post (e.g. copying the KV out of the device); like a transfer
+  // failure, it sticks and skips later posts.
+  void Fail(const absl::Status& s);
 
   const absl::Status& error() const { return error_; }
   uint64_t bytes_posted() const { return bytes_; }
@@ -47,7 +50,6 @@ class LeaseWriter {
         plan_(std::move(plan)),
         peer_(std::move(peer)),
         io_timeout_ms_(io_timeout_ms) {}
-  void Fail(const absl::Status& s);
 
   using Clock = std::chrono::steady_clock;
   KvSender& sender_;

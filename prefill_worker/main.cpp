@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
+#include "common/device_spec.h"
 #include "common/logging.h"
 #include "prefill_worker/prefill_server.h"
 #include "worker_common/phase_model.h"
@@ -45,6 +46,15 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--threads", f.model.threads, "compute threads (0: all)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--device", f.model.device,
+                 "where to compute and keep the KV cache: cpu, cuda or cuda:N (a CUDA build)")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            auto d = dq::ParseDeviceSpec(v);
+            return d.ok() ? std::string() : std::string(d.status().message());
+          },
+          "cpu|cuda|cuda:N"))
+      ->capture_default_str();
   app.add_option("--io-timeout-ms", f.server.io_timeout_ms,
                  "how long a KV transfer may make no progress before it fails")
       ->check(CLI::PositiveNumber)
@@ -74,6 +84,11 @@ int Run(Flags& f) {
     f.model.kv_capacity_contexts = 2;
     f.model.min_kv_tokens = f.server.token_budget;
   }
+  // A device backend sizes its scratch for one iteration (at least its default, 8192 tokens),
+  // and replays no CUDA graphs: a replayed step (what a batch of one-token chunks looks like)
+  // calls no per-layer KV hook.
+  f.model.max_batch_tokens = std::max(f.server.token_budget, 8192);
+  f.model.device_graphs = false;
   auto model = dq::worker::LoadPhaseModel(f.model);
   if (!model.ok()) {
     spdlog::error("dq-prefill: {}", model.status().ToString());
@@ -89,6 +104,8 @@ int Run(Flags& f) {
 
   const dq::KvCacheOptions& kv = (*model)->runner->kv_pool().options();
   const int64_t pool_tokens = int64_t{kv.num_blocks} * kv.block_size;
+  const std::string device = (*model)->device.name();
+  const bool staged = (*model)->kv_staging->staged();
   auto server = dq::prefill::PrefillServer::Start(std::move(*model), f.server);
   if (!server.ok()) {
     spdlog::error("dq-prefill: {}", server.status().ToString());
@@ -96,12 +113,13 @@ int Run(Flags& f) {
   }
   const auto id = (*server)->identity();
   spdlog::info(
-      "dq-prefill: {} ({}, {} {}), KV layout {} layers x {} kv heads x {} dims {} "
-      "block {}, pool {} tokens, transports {}, token budget {}, {}",
+      "dq-prefill: {} ({}, {} {}) on {}, KV layout {} layers x {} kv heads x {} dims {} "
+      "block {}, pool {} tokens, transports {}{}, token budget {}, {}",
       id.checkpoint().path(), id.checkpoint().format(), id.checkpoint().scheme(),
-      id.kv_layout().architecture(), id.kv_layout().num_layers(), id.kv_layout().num_kv_heads(),
-      id.kv_layout().head_dim(), id.kv_layout().kv_dtype(), id.kv_layout().block_size(),
-      pool_tokens, absl::StrJoin(id.transports(), ","), f.server.token_budget, id.version());
+      id.kv_layout().architecture(), device, id.kv_layout().num_layers(),
+      id.kv_layout().num_kv_heads(), id.kv_layout().head_dim(), id.kv_layout().kv_dtype(),
+      id.kv_layout().block_size(), pool_tokens, absl::StrJoin(id.transports(), ","),
+      staged ? " through pinned host staging" : "", f.server.token_budget, id.version());
   spdlog::info("dq-prefill: serving on {}", (*server)->address());
   int sig = 0;
   sigwait(&signals, &sig);

@@ -5,12 +5,14 @@
 
 #include "common/logging.h"
 #include "engine/sampler/sampler.h"
+#include "prefill_worker/kv_stager.h"
 #include "worker_common/proto_convert.h"
 
 namespace dq::prefill {
 
-PrefillBatcher::PrefillBatcher(ModelRunner& runner, const PrefillBatcherOptions& options)
-    : runner_(runner), options_(options) {
+PrefillBatcher::PrefillBatcher(ModelRunner& runner, KvStager& stager,
+                               const PrefillBatcherOptions& options)
+    : runner_(runner), stager_(stager), options_(options) {
   free_blocks_ = runner_.kv_pool().num_free_blocks();
   thread_ = std::thread([this] { Loop(); });
 }
@@ -100,8 +102,10 @@ void PrefillBatcher::DropCancelled() {
 
 std::vector<PrefillBatcher::Step> PrefillBatcher::FormBatch() {
   KvBlockPool& pool = runner_.kv_pool();
+  const int bs = pool.block_size();
   std::vector<Step> steps;
   int budget = options_.token_budget;
+  int staged_blocks = 0;  // blocks this iteration writes, against the staging arena
   for (const auto& j : jobs_) {
     const int n = static_cast<int>(j->prompt.size());
     const int remaining = n - j->done_tokens;
@@ -113,6 +117,13 @@ std::vector<PrefillBatcher::Step> PrefillBatcher::FormBatch() {
     }
     // FIFO: the head waits for room (budget or blocks) rather than being overtaken for good.
     if (chunk <= 0) break;
+    // The arena holds a whole budget's chunk (kv_stager.h), so the head always fits.
+    const int blocks = (j->done_tokens + chunk + bs - 1) / bs - j->done_tokens / bs;
+    if (stager_.max_blocks() > 0 && !steps.empty() &&
+        staged_blocks + blocks > stager_.max_blocks()) {
+      break;
+    }
+    staged_blocks += blocks;
     if (!j->started) {
       if (!pool.can_allocate(pool.BlocksFor(n))) break;
       pool.extend(j->kv, n);
@@ -134,18 +145,21 @@ void PrefillBatcher::RunBatch(const std::vector<Step>& steps) {
     std::span<const int32_t> tokens(s.job->prompt.data() + s.start, s.count);
     batch.items.push_back({&s.job->kv, tokens, s.job->prompt_logprobs});
   }
+  std::vector<KvStager::Span> spans;
+  for (const Step& s : steps) {
+    spans.push_back(
+        {s.job->writer.get(), s.start / bs, (s.start + s.count + bs - 1) / bs, s.job->kv.blocks});
+  }
+  stager_.Begin(std::move(spans));
   ForwardHooks hooks;
-  hooks.on_layer_kv_written = [&](int layer) {
-    for (const Step& s : steps) {
-      s.job->writer->PostLayer(layer, s.start / bs, (s.start + s.count + bs - 1) / bs,
-                               s.job->kv.blocks);
-    }
-  };
+  hooks.on_layer_kv_written = [&](int layer) { stager_.LayerWritten(layer); };
   BatchLogits logits;
   const auto t0 = std::chrono::steady_clock::now();
   absl::Status forward = runner_.Forward(batch, &logits, hooks);
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  // Every layer posted (or its writer failed) before anyone waits for the transfers.
+  stager_.End(forward.ok());
   for (size_t i = 0; i < steps.size(); ++i) {
     PrefillJob* job = steps[i].job;
     // The transfers read these blocks: they end before the blocks are rewritten or freed.

@@ -3,8 +3,10 @@
 // budget (FIFO). A prompt longer than the budget is prefilled in chunks of up to the budget over
 // several iterations (chunked prefill); a prompt that fits runs as one chunk, so its result is
 // bit-for-bit the one-shot prefill the colocated Generator does. Each layer's fresh KV blocks
-// are posted to the decode lease from the per-layer hook, so transfer overlaps compute; every
-// transfer of an iteration ends before the next iteration touches those blocks.
+// are shipped to the decode lease from the per-layer hook (KvStager: posted at once, or copied
+// off the device first), so transfer overlaps compute; every transfer of an iteration ends
+// before the next iteration touches those blocks. With a device cache an iteration also writes
+// at most the staging arena's blocks.
 #pragma once
 
 #include <atomic>
@@ -24,6 +26,8 @@ struct PrefillBatcherOptions {
   int token_budget = 2048;  // most prompt tokens in one forward pass
 };
 
+class KvStager;
+
 struct PrefillLoad {
   int free_kv_blocks = 0;
   int total_kv_blocks = 0;
@@ -33,8 +37,9 @@ struct PrefillLoad {
 
 class PrefillBatcher {
  public:
-  // Starts the engine thread. `runner` must outlive the batcher, and nobody else may use it.
-  PrefillBatcher(ModelRunner& runner, const PrefillBatcherOptions& options);
+  // Starts the engine thread. `runner` and `stager` (which ships each layer's KV, kv_stager.h)
+  // must outlive the batcher, and nobody else may use them.
+  PrefillBatcher(ModelRunner& runner, KvStager& stager, const PrefillBatcherOptions& options);
   // Stop().
   ~PrefillBatcher();
   PrefillBatcher(const PrefillBatcher&) = delete;
@@ -72,6 +77,7 @@ class PrefillBatcher {
   void PublishLoad();
 
   ModelRunner& runner_;
+  KvStager& stager_;
   const PrefillBatcherOptions options_;
 
   mutable std::mutex mu_;

@@ -3,6 +3,7 @@
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/logging.h"
@@ -18,13 +19,21 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Start(
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("port ", options.port, " is not in [0, 65535]"));
   }
+  if (model == nullptr || model->kv_staging == nullptr) {
+    return absl::InternalError("the prefill model has no KV staging (load it with LoadPhaseModel)");
+  }
   std::unique_ptr<PrefillServer> s(new PrefillServer(options));
   s->model_ = std::move(model);
+  // A device cache ships through an arena that holds one iteration: a budget's chunk, which may
+  // start mid-block, plus room for the partial blocks of the short prompts batched with it.
+  const int arena_blocks = s->model_->runner->kv_pool().BlocksFor(options.token_budget) + 1 +
+                           std::max(0, options.staging_extra_blocks);
+  DQ_ASSIGN_OR_RETURN(s->stager_, KvStager::Create(*s->model_->kv_staging, arena_blocks));
   KvSendersOptions so;
   so.kinds = options.transports;
   so.io_timeout_ms = options.io_timeout_ms;
-  DQ_ASSIGN_OR_RETURN(s->senders_, KvSenders::Create(s->model_->runner->kv_pool(), so));
-  s->batcher_ = std::make_unique<PrefillBatcher>(*s->model_->runner,
+  DQ_ASSIGN_OR_RETURN(s->senders_, KvSenders::Create(s->stager_->source(), so));
+  s->batcher_ = std::make_unique<PrefillBatcher>(*s->model_->runner, *s->stager_,
                                                  PrefillBatcherOptions{options.token_budget});
 
   grpc::ServerBuilder builder;
@@ -33,7 +42,7 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Start(
                            grpc::InsecureServerCredentials(), &bound);
   // The identity carries the address, known only once bound (port 0): set_address fixes it.
   PrefillServiceOptions svc{options.host + ":" + std::to_string(options.port),
-                            options.io_timeout_ms};
+                            options.io_timeout_ms, s->stager_->local_geometry()};
   auto service = std::make_unique<PrefillService>(*s->model_, *s->batcher_, *s->senders_, svc);
   builder.RegisterService(service.get());
   s->server_ = builder.BuildAndStart();

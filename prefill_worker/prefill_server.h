@@ -1,5 +1,6 @@
-// A running prefill worker: the loaded model, its KV transports, the batching engine and the gRPC
-// server, started and stopped in the right order. dq-prefill's main and the tests both use it.
+// A running prefill worker: the loaded model, its KV stager and transports, the batching engine
+// and the gRPC server, started and stopped in the right order. dq-prefill's main and the tests both
+// use it.
 #pragma once
 
 #include <grpcpp/server.h>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "prefill_worker/kv_senders.h"
+#include "prefill_worker/kv_stager.h"
 #include "prefill_worker/prefill_batcher.h"
 #include "prefill_worker/prefill_service.h"
 #include "worker_common/phase_model.h"
@@ -21,6 +23,9 @@ struct PrefillServerOptions {
   std::vector<std::string> transports = {"tcp"};
   int token_budget = 2048;
   int io_timeout_ms = 10000;
+  // A device KV cache ships through a staging arena of a budget's blocks + 1 + this many
+  // (kv_stager.h); an iteration writes at most that many blocks.
+  int staging_extra_blocks = 31;
 };
 
 class PrefillServer {
@@ -50,6 +55,7 @@ class PrefillServer {
   int port_ = 0;
   bool shut_down_ = false;
   std::unique_ptr<worker::PhaseModel> model_;
+  std::unique_ptr<KvStager> stager_;  // before senders_: they register its memory
   std::unique_ptr<KvSenders> senders_;
   std::unique_ptr<PrefillBatcher> batcher_;
   std::unique_ptr<PrefillService> service_;

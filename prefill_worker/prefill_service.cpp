@@ -118,10 +118,7 @@ absl::StatusOr<std::shared_ptr<PrefillJob>> PrefillService::MakeJob(
   if (job->deadline && *job->deadline <= PrefillJob::Clock::now()) {
     return absl::DeadlineExceededError("the request's deadline passed before prefill started");
   }
-  const KvBlockPool& pool = model_.runner->kv_pool();
-  const LocalKvGeometry local{c.num_layers, pool.block_size(), pool.block_bytes(),
-                              pool.layer_stride_bytes()};
-  DQ_ASSIGN_OR_RETURN(LeasePlan plan, LeasePlan::Create(request.lease(), n, local));
+  DQ_ASSIGN_OR_RETURN(LeasePlan plan, LeasePlan::Create(request.lease(), n, options_.local_kv));
   KvSender* sender = senders_.Find(request.lease().endpoint().transport());
   DQ_ASSIGN_OR_RETURN(job->writer, LeaseWriter::Create(*sender, std::move(plan), request.lease(),
                                                        options_.io_timeout_ms));

@@ -7,6 +7,7 @@
 
 #include "dqserve/v1/worker.grpc.pb.h"
 #include "prefill_worker/kv_senders.h"
+#include "prefill_worker/lease_plan.h"
 #include "prefill_worker/prefill_batcher.h"
 #include "worker_common/phase_model.h"
 
@@ -15,6 +16,7 @@ namespace dq::prefill {
 struct PrefillServiceOptions {
   std::string address;  // host:port this worker serves on (its identity)
   int io_timeout_ms = 10000;
+  LocalKvGeometry local_kv;  // where the transports read KV from (KvStager::local_geometry)
 };
 
 class PrefillService final : public dqserve::v1::PrefillWorker::Service {

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "worker_common/device_backend.h"
 
 namespace dq::worker {
 
@@ -27,6 +28,10 @@ std::string StorageScheme(const Model& model) {
 absl::StatusOr<std::unique_ptr<PhaseModel>> LoadPhaseModel(const PhaseModelOptions& o) {
   if (o.model.empty()) return absl::InvalidArgumentError("give --model (a .gguf file or HF dir)");
   auto pm = std::make_unique<PhaseModel>();
+  DQ_ASSIGN_OR_RETURN(pm->device, ParseDeviceSpec(o.device));
+  DQ_ASSIGN_OR_RETURN(
+      BackendFactory backend,
+      BackendForDevice(pm->device, DeviceBackendOptions{o.max_batch_tokens, o.device_graphs}));
   DQ_ASSIGN_OR_RETURN(pm->model, LoadModel(o.model));
   if (!o.weights.empty() && o.weights != o.model) {
     DQ_ASSIGN_OR_RETURN(pm->weights, LoadModel(o.weights));
@@ -44,11 +49,13 @@ absl::StatusOr<std::unique_ptr<PhaseModel>> LoadPhaseModel(const PhaseModelOptio
   ro.threads = o.threads;
   ro.kv_block_size = o.kv_block_size;
   ro.kv_capacity = o.kv_capacity_tokens;
+  ro.backend = std::move(backend);
   if (ro.kv_capacity == 0 && o.kv_capacity_contexts > 0) {
     ro.kv_capacity = std::max(o.kv_capacity_contexts * w.config.max_context, o.min_kv_tokens);
   }
   const PhaseWeights phase{w.checkpoint.get(), &w.config, pm->mode};
   DQ_ASSIGN_OR_RETURN(pm->runner, ModelRunner::Create(phase, phase, ro));
+  DQ_ASSIGN_OR_RETURN(pm->kv_staging, CreateKvStaging(*pm->runner, pm->device));
   return pm;
 }
 

@@ -5,10 +5,12 @@
 #include <memory>
 #include <string>
 
+#include "common/device_spec.h"
 #include "common/status.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/model_runner.h"
 #include "engine/quant/weight_codec.h"
+#include "worker_common/kv_staging.h"
 
 namespace dq::worker {
 
@@ -27,6 +29,12 @@ struct PhaseModelOptions {
   // caller size the pool from the model's context without loading the model first.
   int kv_capacity_contexts = 0;
   int min_kv_tokens = 0;
+  // "cpu", "cuda" or "cuda:N" (common/device_spec.h). A GPU needs a CUDA build.
+  std::string device = "cpu";
+  // Device backends: most tokens in one forward pass (0: the backend's default), and whether
+  // decode steps may be replayed as CUDA graphs (see DeviceBackendOptions).
+  int max_batch_tokens = 0;
+  bool device_graphs = true;
 };
 
 struct PhaseModel {
@@ -35,12 +43,17 @@ struct PhaseModel {
   ComputeMode mode = ComputeMode::kWeightOnly;
   std::string scheme;  // e.g. "Q4_1:weight_only", "nvfp4:w4a4", "bf16:weight_only"
   std::unique_ptr<ModelRunner> runner;
+  DeviceSpec device;  // where the runner computes and keeps its KV cache
+  // How the KV cache meets the transports (in place on the CPU, staged on a GPU). Declared
+  // after the runner, so it goes first.
+  std::unique_ptr<KvStaging> kv_staging;
 
   const Model& phase_weights() const { return weights ? *weights : *model; }
 };
 
-// Loads the model and this phase's weights and builds the runner (both of its phases run the
-// same weights in the same mode). Errors name the path and what is wrong.
+// Loads the model and this phase's weights and builds the runner on the device (both of its
+// phases run the same weights in the same mode) and its KV staging. Errors name the path, or
+// the device, and what is wrong; a bad device fails before any weight is read.
 absl::StatusOr<std::unique_ptr<PhaseModel>> LoadPhaseModel(const PhaseModelOptions& options);
 
 // A short name for how a checkpoint's linear weights are stored: the quantization scheme from

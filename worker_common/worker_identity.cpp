@@ -20,7 +20,8 @@ v1::KvLayout KvLayoutOf(const PhaseModel& pm) {
   l.set_num_layers(c.num_layers);
   l.set_num_kv_heads(c.num_kv_heads);
   l.set_head_dim(c.head_dim);
-  l.set_kv_dtype("f32");  // the CPU backend's pool holds float32
+  // f32 on the CPU, bf16 on CUDA: a CPU worker and a GPU worker cannot share KV.
+  l.set_kv_dtype(pm.kv_staging ? std::string(pm.kv_staging->kv_dtype()) : "f32");
   l.set_block_size(pm.runner->kv_pool().block_size());
   return l;
 }

@@ -10,7 +10,8 @@
 
 namespace dq::worker {
 
-// The layout of `runner`'s KV pool: architecture, layers, KV heads, head dim, "f32", block size.
+// The layout of the phase's KV cache: architecture, layers, KV heads, head dim, dtype ("f32" on
+// the CPU, "bf16" on CUDA), block size.
 dqserve::v1::KvLayout KvLayoutOf(const PhaseModel& pm);
 
 // Path, container format, scheme and total weight-file size of the phase's weights.

@@ -85,6 +85,11 @@ class CudaDecoderModel : public ForwardModel {
                              std::span<int32_t> out_tokens,
                              const ForwardHooks& hooks) const override;
   const CudaModelStats& stats() const { return stats_; }
+  // The KV cache this model writes (shared with the other phase's model), and the stream its
+  // forward passes run on: a worker copies a layer's KV pages out after an event recorded on it
+  // (from ForwardHooks::on_layer_kv_written) and copies received KV in with its own stream.
+  const DeviceKvCache& kv_cache() const { return *kv_; }
+  cudaStream_t stream() const { return stream_; }
 
   struct Layer;
   struct Plan;

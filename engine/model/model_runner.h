@@ -62,6 +62,8 @@ class ModelRunner {
   ThreadPool& threads() { return threads_; }
   // "cpu" or "cuda".
   std::string_view backend() const { return decode_->backend(); }
+  // The forward model that runs `phase` (a worker reaches its backend's KV cache through it).
+  const ForwardModel& forward_model(Phase phase) const { return model(phase); }
 
   // Observes the prefill model's linear-layer inputs (calibration); {} removes it. CPU backend
   // only (FailedPrecondition otherwise).

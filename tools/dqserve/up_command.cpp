@@ -56,6 +56,7 @@ std::vector<std::string> PhaseArgs(const DeployConfig& c, const PhaseConfig& p,
                                    const std::string& log_level) {
   std::vector<std::string> a = {"--model",     c.model,
                                 "--compute",   p.compute,
+                                "--device",    p.device,
                                 "--host",      "127.0.0.1",
                                 "--port",      std::to_string(p.port),
                                 "--threads",   std::to_string(p.threads),

@@ -12,7 +12,9 @@ checks"):
    of a real `dqserve up` (read from /proc);
 5. the compose topologies (1 and 2 decode workers) run as real processes on loopback from those
    command lines, answer a completion exactly as `dqserve up` did, and stop on SIGTERM, leaving no
-   process behind."""
+   process behind.
+The workers' GPUs (--device cuda:0, `device = "cuda:0"`) become the CPU for the loopback runs
+(4 and 5) unless DQ_DEPLOY_GPU=1 (a CUDA build on a GPU machine; topology.local_device)."""
 import json
 import os
 import re
@@ -56,14 +58,17 @@ def toml_values(text):
 
 
 def local_toml(text, ports):
-    """The deployment TOML for a loopback `dqserve up`: models from models/, 127.0.0.1, and the
-    given ports (the same rewrite topology.to_local applies to the containers' command lines)."""
+    """The deployment TOML for a loopback `dqserve up`: models from models/, 127.0.0.1, the
+    given ports and topology.local_device's devices (the same rewrite topology.to_local applies
+    to the containers' command lines)."""
     out, table = [], ""
     for line in text.splitlines():
         if m := re.fullmatch(r"\[(\w+)\]\s*", line):
             table = m.group(1)
         line = line.replace('"' + T.CONTAINER_MODELS, '"' + MODELS + "/")
         line = re.sub(r'^host = "0\.0\.0\.0"', 'host = "127.0.0.1"', line)
+        line = re.sub(r'^device = "([^"]*)"', lambda m: f'device = "{T.local_device(m.group(1))}"',
+                      line)
         if re.match(r"port\s*=", line):
             line = f"port = {ports[table]}"
         elif re.match(r"grpc_port\s*=\s*[1-9]", line):
@@ -228,6 +233,9 @@ def check_compose(name, services, roles, cfg):
           f"{name}: the router is given every worker {r.get('--prefill') + r.get('--decode')}")
     for n in workers:
         check(roles[n].one("--host") == "0.0.0.0", f"{name}/{n}: listens on 0.0.0.0")
+        # The container sees only the GPU it reserves, as cuda:0.
+        check(roles[n].one("--device") == "cuda:0",
+              f"{name}/{n}: computes on its container's GPU (--device {roles[n].one('--device')})")
         check(int(roles[n].one("--port")) == cfg[(roles[n].role, "port")],
               f"{name}/{n}: port {roles[n].one('--port')} is the TOML's")
     check(r.one("--host") == cfg[("router", "host")] and
@@ -343,6 +351,11 @@ def check_k8s(toml_text, ref, ref_ports, cfg):
             gpus = c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
             check(gpus == (None if role == "router" else 1),
                   f"{d}/{o['metadata']['name']}: nvidia.com/gpu {gpus}")
+            if role != "router":
+                device = T.Role(o["metadata"]["name"], [*c["command"], *c.get("args", [])])
+                check(device.get("--device") == ["cuda:0"],
+                      f"{d}/{o['metadata']['name']}: computes on its pod's GPU "
+                      f"(--device {device.get('--device')})")
             check("readinessProbe" in c and "livenessProbe" in c,
                   f"{d}/{o['metadata']['name']}: readiness and liveness probes")
             mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}

@@ -5,7 +5,8 @@
 - kustomize(): the objects of a kustomization (`kubectl kustomize`, else a minimal build);
 - Role: one process of a deployment (router, prefill, decode) and its argv;
 - to_local(): a container's argv rewritten for a loopback run of real processes, the rewrite
-  docs/deploy.md lists (paths, listen addresses, ports, peers' names)."""
+  docs/deploy.md lists (paths, listen addresses, ports, peers' names, GPUs -> CPU without a
+  GPU)."""
 import os
 import re
 import shutil
@@ -173,12 +174,22 @@ def k8s_roles(objects):
     return roles
 
 
+def local_device(device):
+    """The device a loopback run uses for a container's --device: the same with DQ_DEPLOY_GPU=1
+    (a CUDA build on a GPU machine: every container's GPU is its cuda:0, so all share GPU 0
+    here), else the CPU (CI has no GPU and builds without CUDA)."""
+    if os.environ.get("DQ_DEPLOY_GPU") == "1" or not device.startswith("cuda"):
+        return device
+    return "cpu"
+
+
 def to_local(role, ports, resolve, transfer_host_of, models_dir, bin_dir=None):
     """A container's argv for a loopback run: /models/ -> models_dir, listen on 127.0.0.1 (not
     0.0.0.0), --port -> ports[role.name] (or ports["router-grpc"]), a peer address NAME:PORT ->
     127.0.0.1:ports[resolve(NAME)], the decode worker's --transfer-host (which must be what
-    transfer_host_of(name) says: its service name, the pod IP) -> 127.0.0.1. bin_dir: the
-    binary's folder (None: keep its bare name). Raises ValueError on anything unexpected."""
+    transfer_host_of(name) says: its service name, the pod IP) -> 127.0.0.1, --device ->
+    local_device(). bin_dir: the binary's folder (None: keep its bare name). Raises ValueError on
+    anything unexpected."""
     out = [os.path.join(bin_dir, role.binary) if bin_dir else role.binary]
     for flag, value in role.pairs():
         if value.startswith(CONTAINER_MODELS):
@@ -195,6 +206,8 @@ def to_local(role, ports, resolve, transfer_host_of, models_dir, bin_dir=None):
             if peer not in ports:
                 raise ValueError(f"{flag} {value} names no {flag[2:]} worker of this deployment")
             value = f"127.0.0.1:{ports[peer]}"
+        elif flag == "--device":
+            value = local_device(value)
         elif flag == "--transfer-host":
             if value != transfer_host_of(role.name):
                 raise ValueError(f"--transfer-host {value}, want {transfer_host_of(role.name)}")

@@ -37,6 +37,19 @@ max_batch = 8
   EXPECT_EQ(c->decode.weights, "/deploy/int2");
   EXPECT_EQ(c->decode.max_batch, 8);
   EXPECT_EQ(c->decode.compute, "weight_only");
+  EXPECT_EQ(c->prefill.device, "cpu");  // default
+  EXPECT_EQ(c->decode.device, "cpu");
+}
+
+TEST(DeployConfig, DevicePerPhase) {
+  auto c = ParseDeployConfig(
+      "model = \"m\"\n[prefill]\ndevice = \"cuda:0\"\n[decode]\ndevice = \"cuda:1\"\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->prefill.device, "cuda:0");
+  EXPECT_EQ(c->decode.device, "cuda:1");
+  EXPECT_TRUE(ParseDeployConfig("model = \"m\"\n[prefill]\ndevice = \"cuda\"\n[decode]\n"
+                                "device = \"cuda\"\n")
+                  .ok());
 }
 
 void ExpectError(const char* toml, const char* needle) {
@@ -55,6 +68,10 @@ TEST(DeployConfig, ErrorsNameTheProblem) {
   ExpectError("model = \"m\"\n[decode]\nmax_batch = 0\n", "max_batch");
   ExpectError("model = \"m\"\n[prefill]\ntoken_budget = 1\n", "token_budget");
   ExpectError("model = \"m\"\nmodel = \"n\"\n", "config:2");  // parse error with position
+  ExpectError("model = \"m\"\n[prefill]\ndevice = \"gpu0\"\n", "[prefill] device \"gpu0\"");
+  ExpectError("model = \"m\"\n[decode]\ndevice = 1\n", "\"device\" must be a string");
+  // A CPU worker and a GPU worker cannot share KV (f32 vs bf16).
+  ExpectError("model = \"m\"\n[prefill]\ndevice = \"cuda:0\"\n", "both on GPUs");
   // token_budget is a prefill key only.
   ExpectError("model = \"m\"\n[decode]\ntoken_budget = 64\n", "unknown key \"token_budget\"");
 }

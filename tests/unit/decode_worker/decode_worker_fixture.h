@@ -19,6 +19,7 @@
 #include "engine/sampler/sampler.h"
 #include "kvtransfer/transport.h"
 #include "tests/unit/engine/tiny_model.h"
+#include "worker_common/kv_staging.h"
 #include "worker_common/proto_convert.h"
 
 namespace dq::decode::testing {
@@ -47,8 +48,10 @@ inline bool WaitUntil(const std::function<bool()>& done, int timeout_ms = 3000) 
 class DecodeWorkerTest : public ::testing::Test {
  protected:
   // Starts the worker; tests that need other options call it again after TearDownServer().
+  // `staged`: the KV goes through per-lease staging buffers and lands at commit, as with a
+  // device cache (the CPU pool stands in for the device, copied with memcpy).
   void StartServer(int max_batch = 2, int lease_ttl_ms = 30000,
-                   const std::string& transport = "tcp") {
+                   const std::string& transport = "tcp", bool staged = false) {
     worker::PhaseModelOptions mo;
     mo.model = dq::testing::TinyQwen3Path();
     mo.threads = 2;
@@ -56,6 +59,7 @@ class DecodeWorkerTest : public ::testing::Test {
     auto pm = worker::LoadPhaseModel(mo);
     ASSERT_TRUE(pm.ok()) << pm.status() << " (run through ctest: the fixture makes the model)";
     phase_ = std::move(*pm);
+    if (staged) phase_->kv_staging = worker::CreateHostCopyKvStaging(phase_->runner->kv_pool());
     DecodeServerOptions so;
     so.max_batch = max_batch;
     so.lease_ttl_ms = lease_ttl_ms;

@@ -17,6 +17,7 @@
 #include "kvtransfer/transport.h"
 #include "prefill_worker/prefill_server.h"
 #include "tests/unit/engine/tiny_model.h"
+#include "worker_common/kv_staging.h"
 #include "worker_common/phase_model.h"
 #include "worker_common/worker_identity.h"
 
@@ -174,9 +175,13 @@ struct PrefillHarness {
   std::unique_ptr<PrefillServer> server;
   std::unique_ptr<v1::PrefillWorker::Stub> stub;
 
-  explicit PrefillHarness(const PrefillServerOptions& options, int kv_capacity = 4096) {
+  // `staged`: the worker ships KV through its staging arena, as with a device cache (the CPU
+  // pool stands in for the device, copied out with memcpy on the staging's thread).
+  explicit PrefillHarness(const PrefillServerOptions& options, int kv_capacity = 4096,
+                          bool staged = false) {
     auto model = LoadTiny(kv_capacity);
     if (!model) return;
+    if (staged) model->kv_staging = worker::CreateHostCopyKvStaging(model->runner->kv_pool());
     auto s = PrefillServer::Start(std::move(model), options);
     EXPECT_TRUE(s.ok()) << s.status();
     if (!s.ok()) return;

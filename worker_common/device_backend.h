@@ -1,0 +1,37 @@
+// The compute backend and KV staging behind a worker's --device. Implemented by
+// device_backend_cuda.cpp in a CUDA build and device_backend_cpu_only.cpp otherwise, where
+// asking for a GPU is an error that says how to get one; so the workers need no #ifdef.
+#pragma once
+
+#include <memory>
+
+#include "common/device_spec.h"
+#include "common/status.h"
+#include "engine/model/model_runner.h"
+#include "worker_common/kv_staging.h"
+
+namespace dq::worker {
+
+struct DeviceBackendOptions {
+  // Most tokens in one forward pass (prefill: the token budget); 0: the backend's default. The
+  // decode worker keeps the default: its captured steps must find their scratch reserved.
+  int max_batch_tokens = 0;
+  // Whether decode steps may be replayed as CUDA graphs. A replayed step calls no per-layer
+  // hook, so the prefill worker (whose one-token chunks look like decode steps) turns them off.
+  bool graphs = true;
+};
+
+// Whether this binary has the CUDA backend.
+bool BuiltWithCuda();
+
+// The ModelRunner backend for `device`: empty (the CPU backend) for the CPU. FailedPrecondition
+// when this build has no CUDA, no CUDA device is usable, or the GPU's index does not exist.
+// Checked before any weight is read, so a wrong device fails at once.
+absl::StatusOr<BackendFactory> BackendForDevice(const DeviceSpec& device,
+                                                const DeviceBackendOptions& options);
+
+// The KV staging of a runner made with BackendForDevice(device) for a GPU.
+absl::StatusOr<std::unique_ptr<KvStaging>> CreateDeviceKvStaging(ModelRunner& runner,
+                                                                 const DeviceSpec& device);
+
+}  // namespace dq::worker
