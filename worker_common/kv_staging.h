@@ -9,7 +9,7 @@
 //            while the forward pass goes on.
 // Which host range goes to which cache block is each worker's plan (decode_worker/
 // lease_staging.h, prefill_worker/kv_stager.h); this is the memory and the copies, one
-// implementation per backend (the CUDA one in kv_staging_cuda.cpp, built only with CUDA).
+// implementation per backend (the CUDA one in device_backend_cuda.cpp, built only with CUDA).
 #pragma once
 
 #include <cstdint>
