@@ -28,6 +28,11 @@ struct Generator::Sequence {
   StopChecker stop;
   GenerationResult result;
   int32_t next_token = -1;  // sampled, not yet fed to the model
+  // Speculation only: prompt + emitted tokens (the drafter's view), this step's fed tokens
+  // (next_token, then the draft), and the draft length.
+  std::vector<int32_t> history;
+  std::vector<int32_t> input;
+  AdaptiveK k{1, false};
   bool done = false;
   double decode_start = 0;
 
@@ -81,6 +86,7 @@ void Generator::Emit(Sequence& s, int32_t token, const TextCallback& on_text) {
   } else {
     s.sampler.Accept(token);
     s.result.tokens.push_back(token);
+    if (options_.drafter != nullptr) s.history.push_back(token);
     StopChecker::Result r = s.stop.Feed(s.detok.Next(token));
     piece = std::move(r.text);
     if (r.stopped) {
@@ -115,7 +121,7 @@ absl::Status Generator::Prefill(Sequence& s) {
   return absl::OkStatus();
 }
 
-absl::Status Generator::DecodeStep(std::vector<Sequence*>& active) {
+absl::Status Generator::DecodeStep(std::vector<Sequence*>& active, const TextCallback& on_text) {
   Batch batch{Phase::kDecode, {}};
   std::vector<Sampler*> samplers;
   for (Sequence* s : active) {
@@ -126,20 +132,105 @@ absl::Status Generator::DecodeStep(std::vector<Sequence*>& active) {
   // Not into next_token directly: the batch reads its inputs from there.
   std::vector<int32_t> next(active.size());
   DQ_RETURN_IF_ERROR(runner_.ForwardAndSample(batch, samplers, next));
-  for (size_t i = 0; i < active.size(); ++i) active[i]->next_token = next[i];
+  for (size_t i = 0; i < active.size(); ++i) Emit(*active[i], next[i], on_text);
   return absl::OkStatus();
+}
+
+absl::Status Generator::CheckSpeculation() const {
+  if (options_.drafter == nullptr) return absl::OkStatus();
+  DQ_RETURN_IF_ERROR(Validate(options_.spec));
+  DQ_RETURN_IF_ERROR(options_.drafter->CheckTarget(runner_.config()));
+  if (!options_.drafter->deterministic()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "the ", std::string(options_.drafter->name()),
+        " drafter proposes a distribution; the generator verifies point-mass drafts only so far"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Generator::Propose(std::vector<Sequence*>& active) {
+  const int max_context = runner_.config().max_context;
+  std::vector<DraftRequest> requests;
+  for (Sequence* s : active) {
+    // Emitting m + 1 tokens must not pass max_tokens (so KV stays within what CheckRequests
+    // reserved), and positions num_tokens .. num_tokens + m must fit the context.
+    const int room_tokens =
+        s->request->params.max_tokens - static_cast<int>(s->result.tokens.size()) - 1;
+    const int room_context = max_context - 1 - s->kv.num_tokens;
+    const int m = std::max(0, std::min({s->k.k(), room_tokens, room_context}));
+    requests.push_back({static_cast<uint64_t>(s->index), s->history, m});
+  }
+  std::vector<dq::Draft> drafts(active.size());
+  DQ_RETURN_IF_ERROR(options_.drafter->Propose(requests, drafts));
+  for (size_t i = 0; i < active.size(); ++i) {
+    Sequence& s = *active[i];
+    const size_t m = std::min<size_t>(drafts[i].tokens.size(), requests[i].max_tokens);
+    s.input.assign(1, s.next_token);
+    s.input.insert(s.input.end(), drafts[i].tokens.begin(), drafts[i].tokens.begin() + m);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Generator::SpecDecodeStep(std::vector<Sequence*>& active,
+                                       const TextCallback& on_text) {
+  DQ_RETURN_IF_ERROR(Propose(active));
+  Batch batch{Phase::kDecode, {}};
+  for (Sequence* s : active) {
+    runner_.kv_pool().extend(s->kv, s->kv.num_tokens + static_cast<int>(s->input.size()));
+    batch.items.push_back({&s->kv, s->input, /*all_logits=*/true});
+  }
+  BatchLogits logits;
+  DQ_RETURN_IF_ERROR(runner_.Forward(batch, &logits));
+  for (size_t i = 0; i < active.size(); ++i) {
+    VerifyAndEmit(*active[i], logits.row(logits.item_first_row[i]), logits.vocab, on_text);
+  }
+  return absl::OkStatus();
+}
+
+void Generator::VerifyAndEmit(Sequence& s, const float* rows, int vocab,
+                              const TextCallback& on_text) {
+  const int fed = static_cast<int>(s.input.size());
+  const int base = s.kv.num_tokens - fed;
+  std::vector<float> row(vocab);
+  int accepted = 0;
+  for (int j = 0; j < fed; ++j) {
+    // Row j predicts the token after input[j]: the target's own draw there, with the same
+    // sampler draw plain decoding would spend on it. Keeping the draft iff the draw equals it is
+    // the point-mass rejection rule (rejection_sampler.h).
+    std::copy_n(rows + int64_t{j} * vocab, vocab, row.begin());
+    const int32_t token = s.sampler.Sample(row);
+    s.kv.num_tokens = base + 1 + j;  // what plain decoding has cached here (Emit's context check)
+    Emit(s, token, on_text);
+    ++s.result.spec.emitted;
+    if (s.done || j + 1 == fed || token != s.input[j + 1]) break;
+    ++accepted;
+  }
+  // Keep input[0 .. accepted]; the last emitted token is the next step's input.
+  runner_.kv_pool().truncate(s.kv, base + 1 + accepted);
+  ++s.result.spec.steps;
+  s.result.spec.drafted += fed - 1;
+  s.result.spec.accepted += accepted;
+  if (fed > 1) s.k.Update(fed - 1, accepted);
+  options_.drafter->Accept(static_cast<uint64_t>(s.index), accepted);
 }
 
 absl::StatusOr<std::vector<GenerationResult>> Generator::Generate(
     std::span<const GenerationRequest> requests, const TextCallback& on_text) {
   DQ_RETURN_IF_ERROR(CheckRequests(requests));
+  DQ_RETURN_IF_ERROR(CheckSpeculation());
+  Drafter* drafter = options_.drafter;
   std::vector<std::unique_ptr<Sequence>> seqs;
   for (size_t i = 0; i < requests.size(); ++i) {
     seqs.push_back(std::make_unique<Sequence>(i, requests[i], tokenizer_));
+    if (drafter != nullptr) {
+      seqs.back()->history = requests[i].prompt;
+      seqs.back()->k = AdaptiveK(options_.spec.k, options_.spec.adaptive);
+    }
   }
   absl::Status status = absl::OkStatus();
   for (auto& s : seqs) {
     if (status.ok()) status = Prefill(*s);
+    if (status.ok() && drafter != nullptr) status = drafter->Begin(s->index, s->request->prompt);
     if (status.ok()) Emit(*s, s->next_token, on_text);
   }
   std::vector<Sequence*> active;
@@ -147,16 +238,16 @@ absl::StatusOr<std::vector<GenerationResult>> Generator::Generate(
     if (!s->done) active.push_back(s.get());
   }
   while (status.ok() && !active.empty()) {
-    status = DecodeStep(active);
+    status = drafter != nullptr ? SpecDecodeStep(active, on_text) : DecodeStep(active, on_text);
     if (!status.ok()) break;
     for (Sequence* s : active) {
-      Emit(*s, s->next_token, on_text);
       if (s->done) s->result.decode_seconds = Now() - s->decode_start;
     }
     std::erase_if(active, [](Sequence* s) { return s->done; });
   }
   std::vector<GenerationResult> results;
   for (auto& s : seqs) {
+    if (drafter != nullptr) drafter->End(s->index);
     runner_.kv_pool().release(s->kv);
     results.push_back(std::move(s->result));
   }

@@ -1,5 +1,6 @@
 #include "engine/kvcache/kv_block_pool.h"
 
+#include <algorithm>
 #include <cassert>
 
 namespace dq {
@@ -41,6 +42,15 @@ void KvBlockPool::extend(KvSequence& seq, int new_tokens) {
   const int need = BlocksFor(new_tokens) - static_cast<int>(seq.blocks.size());
   if (need <= 0) return;
   for (int32_t b : allocate(need)) seq.blocks.push_back(b);
+}
+
+void KvBlockPool::truncate(KvSequence& seq, int tokens) {
+  tokens = std::max(0, tokens);
+  seq.num_tokens = std::min(seq.num_tokens, tokens);
+  const size_t keep = static_cast<size_t>(BlocksFor(tokens));
+  if (seq.blocks.size() <= keep) return;
+  free(std::span<const int32_t>(seq.blocks).subspan(keep));
+  seq.blocks.resize(keep);
 }
 
 void KvBlockPool::release(KvSequence& seq) {

@@ -52,6 +52,10 @@ class KvBlockPool {
   // Adds the blocks `seq` needs to hold `new_tokens` tokens (does not change num_tokens).
   // Precondition: can_extend(seq, new_tokens).
   void extend(KvSequence& seq, int new_tokens);
+  // Cuts `seq` back to its first `tokens` tokens (speculative decoding's rollback): num_tokens
+  // drops to at most `tokens` and the blocks past BlocksFor(tokens) return to the pool. The K/V
+  // left in the kept blocks past `tokens` is stale and is overwritten as the sequence regrows.
+  void truncate(KvSequence& seq, int tokens);
   // Frees all of `seq`'s blocks and empties it.
   void release(KvSequence& seq);
 

@@ -8,6 +8,7 @@
 #include "engine/model/model_loader.h"
 #include "engine/model/model_runner.h"
 #include "engine/quant/weight_codec.h"
+#include "engine/spec/spec_config.h"
 #ifdef DQ_HAVE_CUDA
 #include "engine/cuda/cuda_model.h"
 #endif
@@ -27,20 +28,37 @@ struct GenerateOptions {
   int threads = 0;
   std::string device = "cpu";
   SamplingParams sampling;
+  std::string speculative = "none";  // drafter name, or none
+  SpecConfig spec;
+  bool spec_fixed_k = false;
 };
+
+// Checks the speculation flags before any model is loaded (exit code 2 on a bad one).
+absl::Status CheckSpecFlags(const GenerateOptions& o) {
+  if (o.speculative == "none") return absl::OkStatus();
+  if (o.speculative != "ngram" && o.speculative != "self" && o.speculative != "dflash") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--speculative must be none or ngram, got '", o.speculative, "'"));
+  }
+  return Validate(o.spec);
+}
 
 // A chat session: the conversation so far, rendered through the model's template each turn.
 class ChatSession {
  public:
-  ChatSession(const GenerateOptions& o, Model& model, ModelRunner& runner)
-      : o_(o), model_(model), runner_(runner) {
+  ChatSession(const GenerateOptions& o, Model& model, ModelRunner& runner, Drafter* drafter)
+      : o_(o), model_(model), runner_(runner), drafter_(drafter) {
     if (!o.system.empty()) history_.push_back({"system", o.system});
   }
 
   // Streams one answer to stdout; returns its text.
   absl::StatusOr<std::string> Turn(const std::string& user) {
     DQ_ASSIGN_OR_RETURN(std::vector<int32_t> ids, PromptIds(user));
-    Generator gen(runner_, model_.tokenizer, model_.config.eos_token_ids);
+    GeneratorOptions go;
+    go.drafter = drafter_;
+    go.spec = o_.spec;
+    go.spec.adaptive = !o_.spec_fixed_k;
+    Generator gen(runner_, model_.tokenizer, model_.config.eos_token_ids, go);
     GenerationRequest req{std::move(ids), o_.sampling};
     auto on_text = [](size_t, std::string_view t) {
       std::fwrite(t.data(), 1, t.size(), stdout);
@@ -56,6 +74,14 @@ class ChatSession {
                  "finish: %s]\n",
                  r.prompt_tokens, r.prefill_seconds, r.prompt_tokens / r.prefill_seconds,
                  r.tokens.size(), tps, std::string(FinishReasonName(r.finish_reason)).c_str());
+    if (drafter_ != nullptr) {
+      std::fprintf(stderr,
+                   "[speculative %s: %lld steps, %lld drafted, %lld accepted (rate %.2f), "
+                   "acceptance length %.2f tokens/step]\n",
+                   std::string(drafter_->name()).c_str(), static_cast<long long>(r.spec.steps),
+                   static_cast<long long>(r.spec.drafted), static_cast<long long>(r.spec.accepted),
+                   r.spec.acceptance_rate(), r.spec.acceptance_length());
+    }
     history_.push_back({"user", user});
     history_.push_back({"assistant", r.text});
     return r.text;
@@ -79,6 +105,7 @@ class ChatSession {
   const GenerateOptions& o_;
   Model& model_;
   ModelRunner& runner_;
+  Drafter* drafter_;
   std::vector<ChatMessage> history_;
 };
 
@@ -126,7 +153,11 @@ absl::Status RunGenerate(const GenerateOptions& o) {
       auto runner,
       ModelRunner::Create(PhaseWeights{pm.checkpoint.get(), &pm.config, prefill_mode},
                           PhaseWeights{dm.checkpoint.get(), &dm.config, decode_mode}, ro));
-  ChatSession chat(o, *model, *runner);
+  std::unique_ptr<Drafter> drafter;
+  if (o.speculative != "none") {
+    DQ_ASSIGN_OR_RETURN(drafter, CreateDrafter(o.speculative, dm.config));
+  }
+  ChatSession chat(o, *model, *runner, drafter.get());
   if (!o.interactive) return chat.Turn(o.prompt).status();
   std::fprintf(stderr, "dqserve: chatting with %s (%s); empty line or Ctrl-D to quit\n",
                o.model.c_str(), model->config.architecture.c_str());
@@ -164,7 +195,15 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   cmd->add_option("--stop", o->sampling.stop, "stop string (repeatable)");
   cmd->add_option("--threads", o->threads, "CPU threads (default: all)");
   cmd->add_option("--device", o->device, "cpu (default) or cuda");
+  cmd->add_option("--speculative", o->speculative, "drafter: none (default) or ngram");
+  cmd->add_option("--spec-k", o->spec.k, "tokens drafted per step (at most, when adaptive), 1..16");
+  cmd->add_flag("--spec-fixed-k", o->spec_fixed_k, "always draft --spec-k tokens (no adaptation)");
   cmd->callback([o, exit_code] {
+    if (const absl::Status bad = CheckSpecFlags(*o); !bad.ok()) {
+      std::fprintf(stderr, "error: %s\n", std::string(bad.message()).c_str());
+      *exit_code = 2;
+      return;
+    }
     const absl::Status s = RunGenerate(*o);
     if (!s.ok()) {
       std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());

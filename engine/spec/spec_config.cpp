@@ -1,0 +1,41 @@
+#include "engine/spec/spec_config.h"
+
+#include <algorithm>
+
+#include "engine/spec/ngram_drafter.h"
+
+namespace dq {
+
+absl::Status Validate(const SpecConfig& config) {
+  if (config.k < 1 || config.k > kMaxSpecK) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--spec-k must be in [1, ", kMaxSpecK, "], got ", config.k));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Drafter>> CreateDrafter(std::string_view name,
+                                                       const ModelConfig& target) {
+  std::unique_ptr<Drafter> drafter;
+  if (name == "ngram") {
+    drafter = std::make_unique<NgramDrafter>();
+  } else if (name == "self" || name == "dflash") {
+    return absl::UnimplementedError(absl::StrCat(
+        "the ", std::string(name), " drafter is not built yet; use --speculative ngram (or none)"));
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("unknown drafter '", std::string(name),
+                                                   "'; known: ngram (or none to turn it off)"));
+  }
+  DQ_RETURN_IF_ERROR(drafter->CheckTarget(target));
+  return drafter;
+}
+
+void AdaptiveK::Update(int drafted, int accepted) {
+  if (drafted <= 0) return;
+  rate_ = kDecay * rate_ + (1.0 - kDecay) * static_cast<double>(accepted) / drafted;
+  if (!adaptive_) return;
+  if (rate_ > kGrow) k_ = std::min(k_ + 1, k_max_);
+  if (rate_ < kShrink) k_ = std::max(k_ - 1, 1);
+}
+
+}  // namespace dq
