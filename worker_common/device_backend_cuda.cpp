@@ -155,15 +155,7 @@ class CudaKvStaging final : public KvStaging {
   };
 
   absl::Status Check(std::span<const KvCopy> copies) const {
-    for (const KvCopy& c : copies) {
-      if ((c.tensor != kKeys && c.tensor != kValues) ||
-          c.cache_offset + c.bytes > geometry_.tensor_bytes()) {
-        return absl::OutOfRangeError(absl::StrCat("KV copy of ", c.bytes, " bytes at ",
-                                                  c.cache_offset, " is outside the cache (",
-                                                  geometry_.tensor_bytes(), " bytes per tensor)"));
-      }
-    }
-    return absl::OkStatus();
+    return CheckKvCopies(copies, geometry_);
   }
 
   // Queues the copies on our stream behind what the model's stream holds now.

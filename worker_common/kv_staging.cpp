@@ -11,6 +11,18 @@
 
 namespace dq::worker {
 
+absl::Status CheckKvCopies(std::span<const KvCopy> copies, const KvGeometry& geometry) {
+  for (const KvCopy& c : copies) {
+    if ((c.tensor != kKeys && c.tensor != kValues) ||
+        c.cache_offset + c.bytes > geometry.tensor_bytes()) {
+      return absl::OutOfRangeError(absl::StrCat("KV copy of ", c.bytes, " bytes at ",
+                                                c.cache_offset, " is outside the cache (",
+                                                geometry.tensor_bytes(), " bytes per tensor)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // ----------------------------------------------------------------------------------------------
 // HostBufferCache
 
@@ -162,15 +174,7 @@ class HostKvStaging final : public KvStaging {
     return reinterpret_cast<char*>(t == kKeys ? pool_.keys_data() : pool_.values_data());
   }
   absl::Status Check(std::span<const KvCopy> copies) const {
-    for (const KvCopy& c : copies) {
-      if ((c.tensor != kKeys && c.tensor != kValues) ||
-          c.cache_offset + c.bytes > geometry_.tensor_bytes()) {
-        return absl::OutOfRangeError(absl::StrCat("KV copy of ", c.bytes, " bytes at ",
-                                                  c.cache_offset, " is outside the cache (",
-                                                  geometry_.tensor_bytes(), " bytes per tensor)"));
-      }
-    }
-    return absl::OkStatus();
+    return CheckKvCopies(copies, geometry_);
   }
 
   KvBlockPool& pool_;

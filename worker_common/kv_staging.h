@@ -54,6 +54,10 @@ struct KvCopy {
   bool operator==(const KvCopy&) const = default;
 };
 
+// OK when every copy names K or V and lies inside that tensor of `geometry`; otherwise an
+// OutOfRange error naming the copy (both staging implementations check through this).
+absl::Status CheckKvCopies(std::span<const KvCopy> copies, const KvGeometry& geometry);
+
 // Host memory a transport may read and write (page-locked on CUDA, so copies are asynchronous
 // and run at the link's speed). Freed, or returned to its cache, on destruction.
 class HostBuffer {

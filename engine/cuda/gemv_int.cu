@@ -81,31 +81,12 @@ struct IntFormat {
 // word v = M / (8 / bits) of lane t, sub-mma h = M % (8 / bits), and element i at code position
 // (2h + i / 2) + (i % 2)·P with P = 16 / bits: so pair p of a word (positions p, p + P, i.e. bits
 // bits·p and 16 + bits·p) is one bf16x2 register, in the order the mma's k slots want.
-__device__ __forceinline__ uint4 LoadStream16(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
 __device__ __forceinline__ void MmaBf16(float c[4], uint32_t a0, uint32_t a2, uint32_t b0,
                                         uint32_t b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
-}
-
-// bf16x2 of (q_lo − z, q_hi − z) from the code pair at bits `shift` and 16 + `shift` of w.
-template <int kBits>
-__device__ __forceinline__ uint32_t CodePair(uint32_t w, int shift, uint32_t zb) {
-  constexpr uint32_t kMask = ((1u << kBits) - 1) * 0x00010001u;
-  uint32_t r;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w >> shift), "r"(kMask), "r"(0x43004300u));
-  const __nv_bfloat162 d = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&r),
-                                   *reinterpret_cast<const __nv_bfloat162*>(&zb));
-  return *reinterpret_cast<const uint32_t*>(&d);
 }
 
 constexpr int kMmaWarps = 8;  // warps per CTA, splitting the input dimension of one 8-row tile

@@ -26,32 +26,12 @@ namespace {
 
 constexpr int kTileWarps = 8;
 
-__device__ __forceinline__ uint4 LoadCodes16(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
 __device__ __forceinline__ void Mma16816(float c[4], const uint32_t a[4], uint32_t b0,
                                          uint32_t b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// bf16x2 of (q_lo - z, q_hi - z) for the codes at bits `shift` and 16 + `shift` of w; zb holds
-// bf16x2 (128 + z).
-template <int kBits>
-__device__ __forceinline__ uint32_t TilePair(uint32_t w, int shift, uint32_t zb) {
-  constexpr uint32_t kMask = ((1u << kBits) - 1) * 0x00010001u;
-  uint32_t r;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w >> shift), "r"(kMask), "r"(0x43004300u));
-  const __nv_bfloat162 d = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&r),
-                                   *reinterpret_cast<const __nv_bfloat162*>(&zb));
-  return *reinterpret_cast<const uint32_t*>(&d);
 }
 
 struct TileParams {
@@ -92,7 +72,7 @@ __device__ __forceinline__ void LoadTileChunk(const TileParams& p, int64_t tile,
     return;
   }
   const int64_t nchunks = p.in / S::kChunkK, ngroups = p.in >> p.group_shift;
-  d.q = LoadCodes16(p.codes + ((tile * nchunks + c) * 32 + lane) * 16);
+  d.q = LoadStream16(p.codes + ((tile * nchunks + c) * 32 + lane) * 16);
 #pragma unroll
   for (int s = 0; s < S::kSub; ++s) {
     const int64_t grp = (int64_t{c} * S::kChunkK + 64 * s) >> p.group_shift;
@@ -125,9 +105,9 @@ __device__ __forceinline__ void ComputeTileChunk(const TileParams& p, const Tile
       const int i = 4 * s + ii;  // mma of the chunk
       const uint32_t w = kBits == 4 ? words[i] : words[i / 2];
       const int base = kBits == 4 ? 0 : 8 * (i % 2);
-      const uint32_t a[4] = {TilePair<kBits>(w, base, zb0), TilePair<kBits>(w, base + kBits, zb1),
-                             TilePair<kBits>(w, base + 2 * kBits, zb0),
-                             TilePair<kBits>(w, base + 3 * kBits, zb1)};
+      const uint32_t a[4] = {CodePair<kBits>(w, base, zb0), CodePair<kBits>(w, base + kBits, zb1),
+                             CodePair<kBits>(w, base + 2 * kBits, zb0),
+                             CodePair<kBits>(w, base + 3 * kBits, zb1)};
       Mma16816(sum, a, xw[2 * ii], xw[2 * ii + 1]);
     }
     const float s0 = F16BitsToFloat(static_cast<uint16_t>(d.sz[s].x & 0xFFFFu));

@@ -75,6 +75,28 @@ __device__ __forceinline__ void LoadX8(const __nv_bfloat16* p, float v[8]) {
   }
 }
 
+// 16 bytes of streamed weights: read once, so not kept in L1.
+__device__ __forceinline__ uint4 LoadStream16(const uint8_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// bf16x2 of (q_lo - z, q_hi - z) for the kBits-bit codes at bits `shift` and 16 + `shift` of w
+// (the codes ORed into the mantissa of bf16 128.0 by one lop3, then one packed subtraction of
+// zb = bf16x2 (128 + z); exact: small integers). The tensor-core int GEMVs' decode.
+template <int kBits>
+__device__ __forceinline__ uint32_t CodePair(uint32_t w, int shift, uint32_t zb) {
+  constexpr uint32_t kMask = ((1u << kBits) - 1) * 0x00010001u;
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w >> shift), "r"(kMask), "r"(0x43004300u));
+  const __nv_bfloat162 d = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&r),
+                                   *reinterpret_cast<const __nv_bfloat162*>(&zb));
+  return *reinterpret_cast<const uint32_t*>(&d);
+}
+
 template <typename T>
 __device__ __forceinline__ T LoadAligned(const uint8_t* p) {
   return __ldg(reinterpret_cast<const T*>(p));
