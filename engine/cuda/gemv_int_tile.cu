@@ -81,44 +81,6 @@ __device__ __forceinline__ void LoadTileChunk(const TileParams& p, int64_t tile,
   }
 }
 
-// acc (rows g, g + 8 x columns 2t, 2t + 1) += this chunk's scaled mma sums.
-template <int kBits>
-__device__ __forceinline__ void ComputeTileChunk(const TileParams& p, const TileChunk<kBits>& d,
-                                                 int c, int lane, float acc[4]) {
-  using S = TileShape<kBits>;
-  const int g = lane >> 2, t = lane & 3;
-  const uint32_t words[4] = {d.q.x, d.q.y, d.q.z, d.q.w};
-#pragma unroll
-  for (int s = 0; s < S::kSub; ++s) {
-    const uint32_t zb0 = 0x43004300u + (d.sz[s].x >> 16) * 0x00010001u;
-    const uint32_t zb1 = 0x43004300u + (d.sz[s].y >> 16) * 0x00010001u;
-    uint4 xa = make_uint4(0, 0, 0, 0), xb = xa;
-    if (g < p.m) {
-      const __nv_bfloat16* xp = p.x + int64_t{g} * p.in + int64_t{c} * S::kChunkK + 64 * s + 16 * t;
-      xa = __ldg(reinterpret_cast<const uint4*>(xp));
-      xb = __ldg(reinterpret_cast<const uint4*>(xp + 8));
-    }
-    const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int ii = 0; ii < 4; ++ii) {
-      const int i = 4 * s + ii;  // mma of the chunk
-      const uint32_t w = kBits == 4 ? words[i] : words[i / 2];
-      const int base = kBits == 4 ? 0 : 8 * (i % 2);
-      const uint32_t a[4] = {CodePair<kBits>(w, base, zb0), CodePair<kBits>(w, base + kBits, zb1),
-                             CodePair<kBits>(w, base + 2 * kBits, zb0),
-                             CodePair<kBits>(w, base + 3 * kBits, zb1)};
-      Mma16816(sum, a, xw[2 * ii], xw[2 * ii + 1]);
-    }
-    const float s0 = F16BitsToFloat(static_cast<uint16_t>(d.sz[s].x & 0xFFFFu));
-    const float s1 = F16BitsToFloat(static_cast<uint16_t>(d.sz[s].y & 0xFFFFu));
-    acc[0] = fmaf(s0, sum[0], acc[0]);
-    acc[1] = fmaf(s0, sum[1], acc[1]);
-    acc[2] = fmaf(s1, sum[2], acc[2]);
-    acc[3] = fmaf(s1, sum[3], acc[3]);
-  }
-}
-
 // Writes (or accumulates) a tile's sums: lane (g, t) holds rows g, g + 8 x columns 2t, 2t + 1.
 __device__ __forceinline__ void StoreTileOutputs(const TileParams& p, int64_t tile, int lane,
                                                  const float acc[4]) {
@@ -140,7 +102,11 @@ __device__ __forceinline__ void StoreTileOutputs(const TileParams& p, int64_t ti
 // The GEMV kernel. Each warp streams its chunks through a private cp.async ring of kStages chunks
 // in shared memory (codes + scale words), so it keeps kStages chunks in flight without holding
 // them in registers (on the H200 this beat a register double buffer of 2 x 4 chunks: int4 g128
-// Qwen3-4B decode 459 vs 416 tok/s at batch 1).
+// Qwen3-4B decode 459 vs 416 tok/s at batch 1). The kernel is bound by instruction issue, not by
+// bytes, so the loop is written for few instructions per chunk: each lane reads back only the
+// bytes its own cp.async wrote (no warp barrier), the ring is unrolled by stage so every shared
+// address is a constant offset, and the next chunk's global addresses are running 64-bit
+// pointers bumped by a 32-bit step.
 template <int kBits>
 struct RingLayout {
   static constexpr int kScaleBytes = 32 * 8 * TileShape<kBits>::kSub;
@@ -163,17 +129,105 @@ __device__ __forceinline__ void CpAsyncWaitGroup() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// One warp's stream over its chunks kw, kw + kw_n, ... of one tile, seen by one lane: where the
+// next chunk to request comes from and where this lane's bytes sit in the ring.
 template <int kBits>
-__device__ __forceinline__ void IssueRingChunk(const TileParams& p, int64_t tile, int c, int lane,
-                                               uint32_t stage) {
+struct LaneStream {
   using S = TileShape<kBits>;
-  const int64_t nchunks = p.in / S::kChunkK, ngroups = p.in >> p.group_shift;
-  CpAsyncCg16(stage + lane * 16, p.codes + ((tile * nchunks + c) * 32 + lane) * 16);
+  const uint8_t* code;     // this lane's 16 bytes of the next chunk to request
+  const uint32_t* scales;  // this lane's (row g, g + 8) scale words of group 0 of the tile
+  int next_chunk;          // index of the next chunk to request
+  int chunk_step;          // kw_n
+  int group_shift;
+  uint32_t code_step;   // bytes between this warp's chunks: kw_n * 512
+  uint32_t slot;        // shared address of this lane's code bytes in stage 0
+  uint32_t scale_slot;  // ... and of its subchunk-0 scale words
+
+  // Requests the next chunk into stage `st` and advances.
+  __device__ __forceinline__ void Issue(int st) {
+    constexpr int kStage = RingLayout<kBits>::kStageBytes;
+    CpAsyncCg16(slot + st * kStage, code);
+#pragma unroll
+    for (int s = 0; s < S::kSub; ++s) {
+      // Byte offset of the group's scale words: 64 bytes (16 rows x u32) per group.
+      const uint32_t grp_bytes =
+          ((static_cast<uint32_t>(next_chunk * S::kChunkK + 64 * s) >> group_shift) << 6);
+      CpAsyncCa8(scale_slot + st * kStage + s * 256,
+                 reinterpret_cast<const uint8_t*>(scales) + grp_bytes);
+    }
+    code += code_step;
+    next_chunk += chunk_step;
+  }
+};
+
+// bf16x2 of (q_lo - z, q_hi - z) · f for the codes under kMask (one field at bit b and one at
+// 16 + b, f = 2^b) of w >> shift: one lop3 ORs them into the mantissa of bf16 128.0, one packed
+// subtraction removes zb = bf16x2 (128 + f z). Exact small integers.
+template <uint32_t kMask>
+__device__ __forceinline__ uint32_t CodePairMasked(uint32_t w, int shift, uint32_t zb) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w >> shift), "r"(kMask), "r"(0x43004300u));
+  const __nv_bfloat162 d = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&r),
+                                   *reinterpret_cast<const __nv_bfloat162*>(&zb));
+  return *reinterpret_cast<const uint32_t*>(&d);
+}
+
+// acc (rows g, g + 8 x columns 2t, 2t + 1) += one chunk's scaled mma sums; xp: this lane's x
+// (column g, or a valid column's when g >= m: those mma columns are computed and never stored)
+// at the chunk's first input + 16 t.
+//
+// Code pairs sit 4 bits apart in both widths (IntTileCodePos). int4: mma i's pairs are word i's
+// nibbles (shifts 0, 4, 8, 12). int2: mmas 2j and 2j + 1 share word j; the even one takes the
+// 2-bit fields at bits 0, 4, 8, 12 (mask 3 after the shift), the odd one those at 2, 6, 10, 14
+// in place (mask 0xC: values 4 (q - z)), so the 8 pairs of a word need 3 shifts, not 7; the
+// odd mmas sum into their own accumulator, scaled by 1/4 (exact) at the end.
+template <int kBits>
+__device__ __forceinline__ void ChunkMma(const uint4 q, const uint2 (&sz)[TileShape<kBits>::kSub],
+                                         const __nv_bfloat16* xp, float acc[4]) {
+  using S = TileShape<kBits>;
+  const uint32_t words[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
   for (int s = 0; s < S::kSub; ++s) {
-    const int64_t grp = (int64_t{c} * S::kChunkK + 64 * s) >> p.group_shift;
-    CpAsyncCa8(stage + 512 + (s * 32 + lane) * 8,
-               p.scales + ((tile * ngroups + grp) * 8 + (lane >> 2)) * 2);
+    const uint32_t z0 = sz[s].x >> 16, z1 = sz[s].y >> 16;
+    const uint32_t zb0 = 0x43004300u + z0 * 0x00010001u, zb1 = 0x43004300u + z1 * 0x00010001u;
+    const uint32_t zb0x4 = 0x43004300u + z0 * 0x00040004u, zb1x4 = 0x43004300u + z1 * 0x00040004u;
+    const uint4 xa = __ldg(reinterpret_cast<const uint4*>(xp + 64 * s));
+    const uint4 xb = __ldg(reinterpret_cast<const uint4*>(xp + 64 * s + 8));
+    const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sum4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int ii = 0; ii < 4; ++ii) {
+      const int i = 4 * s + ii;  // mma of the chunk
+      if constexpr (kBits == 4) {
+        const uint32_t w = words[i];
+        const uint32_t a[4] = {
+            CodePairMasked<0x000F000Fu>(w, 0, zb0), CodePairMasked<0x000F000Fu>(w, 4, zb1),
+            CodePairMasked<0x000F000Fu>(w, 8, zb0), CodePairMasked<0x000F000Fu>(w, 12, zb1)};
+        Mma16816(sum, a, xw[2 * ii], xw[2 * ii + 1]);
+      } else if (i % 2 == 0) {
+        const uint32_t w = words[i / 2];
+        const uint32_t a[4] = {
+            CodePairMasked<0x00030003u>(w, 0, zb0), CodePairMasked<0x00030003u>(w, 4, zb1),
+            CodePairMasked<0x00030003u>(w, 8, zb0), CodePairMasked<0x00030003u>(w, 12, zb1)};
+        Mma16816(sum, a, xw[2 * ii], xw[2 * ii + 1]);
+      } else {
+        const uint32_t w = words[i / 2];
+        const uint32_t a[4] = {
+            CodePairMasked<0x000C000Cu>(w, 0, zb0x4), CodePairMasked<0x000C000Cu>(w, 4, zb1x4),
+            CodePairMasked<0x000C000Cu>(w, 8, zb0x4), CodePairMasked<0x000C000Cu>(w, 12, zb1x4)};
+        Mma16816(sum4, a, xw[2 * ii], xw[2 * ii + 1]);
+      }
+    }
+    if constexpr (kBits == 2) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sum[e] = fmaf(0.25f, sum4[e], sum[e]);
+    }
+    const float s0 = F16BitsToFloat(static_cast<uint16_t>(sz[s].x & 0xFFFFu));
+    const float s1 = F16BitsToFloat(static_cast<uint16_t>(sz[s].y & 0xFFFFu));
+    acc[0] = fmaf(s0, sum[0], acc[0]);
+    acc[1] = fmaf(s0, sum[1], acc[1]);
+    acc[2] = fmaf(s1, sum[2], acc[2]);
+    acc[3] = fmaf(s1, sum[3], acc[3]);
   }
 }
 
@@ -189,33 +243,51 @@ __global__ void __launch_bounds__(kWarps * 32) IntTileRingKernel(const TileParam
   const bool live = tile < p.tiles;
   const int nchunks = static_cast<int>(p.in / S::kChunkK);
   const int n_my = live && kw < nchunks ? (nchunks - kw + kw_n - 1) / kw_n : 0;
-  const uint32_t ring =
+  const int64_t ngroups = p.in >> p.group_shift;
+  const uint32_t warp_ring =
       static_cast<uint32_t>(__cvta_generic_to_shared(ring_smem)) + warp * kStages * L::kStageBytes;
-  const unsigned char* ring_ptr = ring_smem + warp * kStages * L::kStageBytes;
+  LaneStream<kBits> in;
+  in.code = p.codes + ((tile * nchunks + kw) * 32 + lane) * 16;
+  in.scales = p.scales + (tile * ngroups * 8 + (lane >> 2)) * 2;
+  in.next_chunk = kw;
+  in.chunk_step = kw_n;
+  in.group_shift = p.group_shift;
+  in.code_step = static_cast<uint32_t>(kw_n) * 512u;
+  in.slot = warp_ring + lane * 16;
+  in.scale_slot = warp_ring + 512 + lane * 8;
 #pragma unroll
   for (int st = 0; st < kStages; ++st) {
-    if (st < n_my) IssueRingChunk<kBits>(p, tile, kw + st * kw_n, lane, ring + st * L::kStageBytes);
+    if (st < n_my) in.Issue(st);
     CpAsyncCommitGroup();
   }
   GridDepWait();
+  const int g = lane >> 2, t = lane & 3;
+  // This lane's x (column g): the first chunk's inputs 16 t.., then kw_n chunks further each time.
+  const __nv_bfloat16* xp =
+      p.x + int64_t{g < p.m ? g : 0} * p.in + int64_t{kw} * S::kChunkK + 16 * t;
+  const int x_step = kw_n * S::kChunkK;
+  const unsigned char* lane_code = ring_smem + warp * kStages * L::kStageBytes + lane * 16;
+  const unsigned char* lane_scale = ring_smem + warp * kStages * L::kStageBytes + 512 + lane * 8;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int i = 0; i < n_my; ++i) {
-    const int st = i % kStages;
-    CpAsyncWaitGroup<kStages - 1>();
-    __syncwarp();
-    const unsigned char* stage = ring_ptr + st * L::kStageBytes;
-    TileChunk<kBits> d;
-    d.q = *reinterpret_cast<const uint4*>(stage + lane * 16);
+  for (int i0 = 0; i0 < n_my; i0 += kStages) {
 #pragma unroll
-    for (int s = 0; s < S::kSub; ++s) {
-      d.sz[s] = *reinterpret_cast<const uint2*>(stage + 512 + (s * 32 + lane) * 8);
+    for (int st = 0; st < kStages; ++st) {
+      const int i = i0 + st;
+      if (i >= n_my) break;
+      CpAsyncWaitGroup<kStages - 1>();
+      // Only this lane's own cp.async wrote these bytes, so no warp barrier is needed, and the
+      // stage may be refilled right after the reads below (program order).
+      const uint4 q = *reinterpret_cast<const uint4*>(lane_code + st * L::kStageBytes);
+      uint2 sz[S::kSub];
+#pragma unroll
+      for (int s = 0; s < S::kSub; ++s) {
+        sz[s] = *reinterpret_cast<const uint2*>(lane_scale + st * L::kStageBytes + s * 256);
+      }
+      if (i + kStages < n_my) in.Issue(st);
+      CpAsyncCommitGroup();
+      ChunkMma<kBits>(q, sz, xp, acc);
+      xp += x_step;
     }
-    __syncwarp();  // every lane has its words before the stage is refilled
-    if (i + kStages < n_my) {
-      IssueRingChunk<kBits>(p, tile, kw + (i + kStages) * kw_n, lane, ring + st * L::kStageBytes);
-    }
-    CpAsyncCommitGroup();
-    ComputeTileChunk<kBits>(p, d, kw + i * kw_n, lane, acc);
   }
   CpAsyncWaitGroup<0>();
   __shared__ float red[kWarps][32][4];
@@ -260,12 +332,12 @@ __global__ void IntTileDequantKernel(const TileParams p, __nv_bfloat16* out) {
       for (int ii = 0; ii < 4; ++ii) {
         const int i = 4 * s + ii;
         const uint32_t w = kBits == 4 ? words[i] : words[i / 2];
-        const int base = kBits == 4 ? 0 : 8 * (i % 2);
+        const int base = kBits == 4 ? 0 : 2 * (i % 2);
         float v[4];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const int pair = 2 * (j >> 1) + hi;
-          const uint32_t q = (w >> (base + kBits * pair + 16 * (j & 1))) & kMask;
+          const uint32_t q = (w >> (base + 4 * pair + 16 * (j & 1))) & kMask;
           v[j] = __fmul_rn(IntDiff(q, z), scale);
         }
         const __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]);

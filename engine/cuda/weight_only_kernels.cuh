@@ -300,9 +300,10 @@ inline IntTilePos IntTileCodePos(int bits, int64_t in, int64_t row, int64_t k) {
   const int kk = static_cast<int>(k % chunk_k), sub = kk / 64, k64 = kk % 64;
   const int t = k64 / 16, ii = (k64 % 16) / 4, j = k64 % 4;
   const int lane = 4 * g + t, mma = 4 * sub + ii, pair = 2 * (j / 2) + hi;
+  // Pairs 4 bits apart; int2 interleaves two mmas' fields in one word (see ChunkMma).
   const int word = bits == 4 ? mma : mma / 2;
-  const int base = bits == 4 ? 0 : 8 * (mma % 2);
-  return {((tile * nchunks + c) * 32 + lane) * 16 + 4 * word, base + bits * pair + 16 * (j % 2)};
+  const int base = bits == 4 ? 0 : 2 * (mma % 2);
+  return {((tile * nchunks + c) * 32 + lane) * 16 + 4 * word, base + 4 * pair + 16 * (j % 2)};
 }
 
 // The device's SM count (cached).
