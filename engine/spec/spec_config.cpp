@@ -19,12 +19,17 @@ absl::StatusOr<std::unique_ptr<Drafter>> CreateDrafter(std::string_view name,
   std::unique_ptr<Drafter> drafter;
   if (name == "ngram") {
     drafter = std::make_unique<NgramDrafter>();
-  } else if (name == "self" || name == "dflash") {
-    return absl::UnimplementedError(absl::StrCat(
-        "the ", std::string(name), " drafter is not built yet; use --speculative ngram (or none)"));
+  } else if (name == "self") {
+    // It computes with weights of its own: SelfDrafter::Create over LoadDraftModel's result.
+    return absl::InvalidArgumentError(
+        "the self drafter needs weights: create it with SelfDrafter::Create (dqserve generate: "
+        "--draft-format or --draft-weights)");
+  } else if (name == "dflash") {
+    return absl::UnimplementedError(
+        "the dflash drafter is not built yet; use --speculative ngram or self (or none)");
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("unknown drafter '", std::string(name),
-                                                   "'; known: ngram (or none to turn it off)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown drafter '", std::string(name), "'; known: ngram, self (or none to turn it off)"));
   }
   DQ_RETURN_IF_ERROR(drafter->CheckTarget(target));
   return drafter;

@@ -24,9 +24,10 @@ struct SpecConfig {
 // InvalidArgument naming the field and range, e.g. "--spec-k must be in [1, 16], got 0".
 absl::Status Validate(const SpecConfig& config);
 
-// The drafter called `name` ("ngram"), checked against `target`. "none" or "" is not a drafter
-// (the caller runs without one). Errors: unknown name (listing the known ones), a drafter that
-// does not fit the target, or one not built yet ("self", "dflash").
+// The weightless drafter called `name` ("ngram"), checked against `target`. "none" or "" is not
+// a drafter (the caller runs without one). Errors: unknown name (listing the known ones), a
+// drafter that does not fit the target, "self" (it needs weights: SelfDrafter::Create), one not
+// built yet ("dflash").
 absl::StatusOr<std::unique_ptr<Drafter>> CreateDrafter(std::string_view name,
                                                        const ModelConfig& target);
 

@@ -1,5 +1,6 @@
 #include "tools/dqserve/generate_command.h"
 
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -8,6 +9,8 @@
 #include "engine/model/model_loader.h"
 #include "engine/model/model_runner.h"
 #include "engine/quant/weight_codec.h"
+#include "engine/spec/draft_model.h"
+#include "engine/spec/self_drafter.h"
 #include "engine/spec/spec_config.h"
 #ifdef DQ_HAVE_CUDA
 #include "engine/cuda/cuda_model.h"
@@ -31,14 +34,25 @@ struct GenerateOptions {
   std::string speculative = "none";  // drafter name, or none
   SpecConfig spec;
   bool spec_fixed_k = false;
+  DraftModelOptions draft;  // --speculative self: the drafter's weights
 };
 
 // Checks the speculation flags before any model is loaded (exit code 2 on a bad one).
 absl::Status CheckSpecFlags(const GenerateOptions& o) {
+  const bool draft_flags = !o.draft.format.empty() || !o.draft.weights.empty();
+  if (draft_flags && o.speculative != "self") {
+    return absl::InvalidArgumentError(
+        "--draft-format and --draft-weights are for --speculative self");
+  }
   if (o.speculative == "none") return absl::OkStatus();
   if (o.speculative != "ngram" && o.speculative != "self" && o.speculative != "dflash") {
     return absl::InvalidArgumentError(
-        absl::StrCat("--speculative must be none or ngram, got '", o.speculative, "'"));
+        absl::StrCat("--speculative must be none, ngram or self, got '", o.speculative, "'"));
+  }
+  if (o.speculative == "self" && o.draft.format.empty() == o.draft.weights.empty()) {
+    return absl::InvalidArgumentError(
+        "--speculative self needs exactly one of --draft-format FORMAT (quantize the model's "
+        "weights at load, e.g. int2 or lut2) and --draft-weights PATH");
   }
   return Validate(o.spec);
 }
@@ -109,6 +123,30 @@ class ChatSession {
   std::vector<ChatMessage> history_;
 };
 
+// The self drafter over `base` quantized to --draft-format, or over --draft-weights; its weights
+// go to *draft_model. Runs on the target's backend, with a KV pool of the same capacity.
+absl::StatusOr<std::unique_ptr<Drafter>> MakeSelfDrafter(const GenerateOptions& o,
+                                                         const Model& base,
+                                                         const ModelRunnerOptions& target,
+                                                         std::unique_ptr<Model>* draft_model) {
+  const auto t0 = std::chrono::steady_clock::now();
+  DraftModelOptions dmo = o.draft;
+  dmo.threads = o.threads;
+  DQ_ASSIGN_OR_RETURN(*draft_model, LoadDraftModel(base, dmo));
+  SelfDrafterOptions so;
+  so.threads = target.threads;
+  so.backend = target.backend;
+  DQ_ASSIGN_OR_RETURN(std::unique_ptr<SelfDrafter> drafter,
+                      SelfDrafter::Create(*(*draft_model)->checkpoint, (*draft_model)->config, so));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(
+      stderr, "[self drafter: %s, ready in %.1f s]\n",
+      (o.draft.weights.empty() ? base.path + " as " + o.draft.format : o.draft.weights).c_str(),
+      seconds);
+  return std::unique_ptr<Drafter>(std::move(drafter));
+}
+
 absl::Status RunGenerate(const GenerateOptions& o) {
   if (!o.interactive && o.prompt.empty()) {
     return absl::InvalidArgumentError("give --prompt TEXT, or --interactive for a chat");
@@ -153,8 +191,11 @@ absl::Status RunGenerate(const GenerateOptions& o) {
       auto runner,
       ModelRunner::Create(PhaseWeights{pm.checkpoint.get(), &pm.config, prefill_mode},
                           PhaseWeights{dm.checkpoint.get(), &dm.config, decode_mode}, ro));
+  std::unique_ptr<Model> draft_model;  // the self drafter's weights; outlives the drafter
   std::unique_ptr<Drafter> drafter;
-  if (o.speculative != "none") {
+  if (o.speculative == "self") {
+    DQ_ASSIGN_OR_RETURN(drafter, MakeSelfDrafter(o, *model, ro, &draft_model));
+  } else if (o.speculative != "none") {
     DQ_ASSIGN_OR_RETURN(drafter, CreateDrafter(o.speculative, dm.config));
   }
   ChatSession chat(o, *model, *runner, drafter.get());
@@ -195,7 +236,13 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   cmd->add_option("--stop", o->sampling.stop, "stop string (repeatable)");
   cmd->add_option("--threads", o->threads, "CPU threads (default: all)");
   cmd->add_option("--device", o->device, "cpu (default) or cuda");
-  cmd->add_option("--speculative", o->speculative, "drafter: none (default) or ngram");
+  cmd->add_option("--speculative", o->speculative, "drafter: none (default), ngram or self");
+  cmd->add_option("--draft-format", o->draft.format,
+                  "self drafter: quantize --model's weights to this at load (int2, lut2, ...)");
+  cmd->add_option("--draft-weights,--draft-model", o->draft.weights,
+                  "self drafter: a checkpoint of its own (same tokenizer as the model)");
+  cmd->add_option("--draft-group-size", o->draft.group_size,
+                  "self drafter with --draft-format intN: group size 32, 64 or 128");
   cmd->add_option("--spec-k", o->spec.k, "tokens drafted per step (at most, when adaptive), 1..16");
   cmd->add_flag("--spec-fixed-k", o->spec_fixed_k, "always draft --spec-k tokens (no adaptation)");
   cmd->callback([o, exit_code] {

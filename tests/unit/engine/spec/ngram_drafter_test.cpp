@@ -67,7 +67,10 @@ TEST(SpecConfigTest, BadConfigurationIsAClearError) {
   const auto unknown = CreateDrafter("medusa", target).status();
   EXPECT_EQ(unknown.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(unknown.message().find("known: ngram"), std::string::npos) << unknown;
-  EXPECT_EQ(CreateDrafter("self", target).status().code(), absl::StatusCode::kUnimplemented);
+  const auto self = CreateDrafter("self", target).status();
+  EXPECT_EQ(self.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(self.message().find("--draft-format"), std::string::npos) << self;
+  EXPECT_EQ(CreateDrafter("dflash", target).status().code(), absl::StatusCode::kUnimplemented);
   NgramDrafterOptions bad;
   bad.min_ngram = 0;
   EXPECT_FALSE(NgramDrafter(bad).CheckTarget(target).ok());
