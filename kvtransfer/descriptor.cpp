@@ -1,6 +1,7 @@
 #include "kvtransfer/descriptor.h"
 
 #include "common/status.h"
+#include "kvtransfer/tcp_socket.h"
 
 namespace dq::kvtransfer {
 namespace {
@@ -68,6 +69,31 @@ absl::StatusOr<RegionDescriptor> DecodeDescriptor(std::string_view encoded,
         std::string(expected_kind), "' transport; both workers must use the same kvtransfer kind"));
   }
   return d;
+}
+
+std::string EncodeNcclPayload(const NcclPayload& payload) {
+  ByteWriter w;
+  w.Str(payload.control);
+  w.U32(static_cast<uint32_t>(payload.cuda_device));
+  return w.Take();
+}
+
+absl::StatusOr<NcclPayload> DecodeNcclPayload(std::string_view payload) {
+  ByteReader r(payload);
+  NcclPayload p;
+  p.control = std::string(r.Str());
+  p.cuda_device = static_cast<int32_t>(r.U32());
+  if (!r.ok() || r.remaining() != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl region descriptor payload is truncated or has trailing bytes (",
+                     payload.size(), " bytes); pass RegionHandle::descriptor unchanged"));
+  }
+  if (p.cuda_device < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl region descriptor names CUDA device ", p.cuda_device));
+  }
+  DQ_RETURN_IF_ERROR(ParseHostPort(p.control).status());
+  return p;
 }
 
 }  // namespace dq::kvtransfer

@@ -70,4 +70,16 @@ std::string EncodeDescriptor(const RegionDescriptor& descriptor);
 absl::StatusOr<RegionDescriptor> DecodeDescriptor(std::string_view encoded,
                                                   std::string_view expected_kind);
 
+// The nccl backend's payload: where the receiver's control listener is (the sender connects
+// there to set up the communicator and to announce each transfer) and which CUDA device holds
+// the region (for error messages; indices depend on CUDA_VISIBLE_DEVICES, so never compared).
+struct NcclPayload {
+  std::string control;  // "host:port"
+  int32_t cuda_device = 0;
+};
+// str control | u32 cuda_device.
+std::string EncodeNcclPayload(const NcclPayload& payload);
+// InvalidArgument for a truncated payload, trailing bytes, a bad host:port or a negative device.
+absl::StatusOr<NcclPayload> DecodeNcclPayload(std::string_view payload);
+
 }  // namespace dq::kvtransfer

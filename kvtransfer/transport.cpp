@@ -7,13 +7,16 @@
 #include "absl/strings/str_join.h"
 #include "common/status.h"
 #include "kvtransfer/local_transport.h"
+#ifdef DQ_HAVE_NCCL
+#include "kvtransfer/nccl_transport.h"
+#endif
 #include "kvtransfer/tcp_transport.h"
 #include "kvtransfer/ucx_transport.h"
 
 namespace dq::kvtransfer {
 
 std::span<const std::string_view> TransportKinds() {
-  static constexpr std::array<std::string_view, 3> kKinds = {"local", "tcp", "ucx"};
+  static constexpr std::array<std::string_view, 4> kKinds = {"local", "tcp", "ucx", "nccl"};
   return kKinds;
 }
 
@@ -30,6 +33,15 @@ absl::StatusOr<std::unique_ptr<Transport>> CreateTransport(const TransportConfig
 #else
     return absl::UnimplementedError(
         "this build has no UCX backend; install libucx-dev and rebuild, or use kind 'tcp'");
+#endif
+  }
+  if (config.kind == "nccl") {
+#ifdef DQ_HAVE_NCCL
+    return NcclTransport::Create(config);
+#else
+    return absl::UnimplementedError(
+        "this binary was built without CUDA/NCCL, so it has no nccl KV transport; build with "
+        "-DDQ_ENABLE_CUDA=ON (the release-cuda preset) on a machine with NCCL, or use kind 'tcp'");
 #endif
   }
   return absl::InvalidArgumentError(

@@ -1,5 +1,6 @@
 // One interface for moving bytes from a registered local memory region into a registered region
-// of another worker (KV pages from prefill to decode), with backends "local", "tcp" and "ucx".
+// of another worker (KV pages from prefill to decode), with backends "local", "tcp", "ucx" and
+// "nccl" (GPU to GPU; CUDA builds only).
 //
 // Lifecycle (each step names who calls it; R = receiver, the decode worker; S = sender, the
 // prefill worker; one Transport object may play both roles):
@@ -41,7 +42,8 @@ struct RegionHandle {
   RegionId id = 0;
   uint64_t bytes = 0;
   // Remote-visible descriptor for Prepare on the peer: backend kind, region id, size, and the
-  // backend's address data (tcp: host:port; ucx: worker address, remote address, packed rkey).
+  // backend's address data (tcp: host:port; ucx: worker address, remote address, packed rkey;
+  // nccl: control host:port and CUDA device).
   // Format in kvtransfer/README.md; treat it as opaque bytes.
   std::string descriptor;
 };
@@ -63,19 +65,22 @@ struct TransferStatus {
 };
 
 struct TransportConfig {
-  // "local", "tcp" or "ucx".
+  // "local", "tcp", "ucx" or "nccl".
   std::string kind = "tcp";
-  // tcp: the address the receiver listens on. Loopback by default so that nothing is exposed by
-  // accident; set "0.0.0.0" (with advertise_address) to accept peers on other machines.
+  // tcp, nccl (its control listener): the address the receiver listens on. Loopback by default so
+  // that nothing is exposed by accident; set "0.0.0.0" (with advertise_address) to accept peers on
+  // other machines.
   std::string bind_address = "127.0.0.1";
-  // tcp: the listening port; 0 picks a free one (see Transport::address()).
+  // tcp, nccl: the listening port; 0 picks a free one (see Transport::address()).
   uint16_t port = 0;
-  // tcp: the host peers connect to, written into descriptors. Empty: bind_address (which then
+  // tcp, nccl: the host peers connect to, written into descriptors. Empty: bind_address (which then
   // must not be a wildcard address).
   std::string advertise_address;
-  // tcp, ucx: how long a connection may make no progress (connect, send, receive, ack) before
-  // its transfers fail. Bounds every wait, so a dead peer never hangs a caller.
+  // tcp, ucx, nccl: how long a connection may make no progress (connect, send, receive, ack)
+  // before its transfers fail. Bounds every wait, so a dead peer never hangs a caller.
   int io_timeout_ms = 10000;
+  // nccl: the CUDA device every region lives on; -1: the creating thread's current device.
+  int cuda_device = -1;
   // ucx: value for UCX_TLS (e.g. "tcp", "sm", "rc,sm"); empty keeps UCX's default selection.
   std::string ucx_transports;
 };
@@ -84,9 +89,10 @@ class Transport {
  public:
   virtual ~Transport() = default;
 
-  // Backend name: "local", "tcp" or "ucx".
+  // Backend name: "local", "tcp", "ucx" or "nccl".
   virtual std::string_view name() const = 0;
-  // Whether regions may live in GPU memory. False for every backend built here (host memory).
+  // Whether regions live in GPU memory: true for nccl (device memory only), false for the host
+  // memory backends.
   virtual bool supports_device_memory() const = 0;
   // Where peers reach this transport, for logs ("127.0.0.1:40123"); empty when not applicable.
   virtual std::string address() const = 0;

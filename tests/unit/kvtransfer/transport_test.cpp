@@ -20,7 +20,7 @@ TEST(TransportFactoryTest, UnknownKindListsTheKinds) {
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(t.status().message().find("'rdma'"), std::string::npos) << t.status();
-  EXPECT_NE(t.status().message().find("local, tcp, ucx"), std::string::npos) << t.status();
+  EXPECT_NE(t.status().message().find("local, tcp, ucx, nccl"), std::string::npos) << t.status();
 }
 
 TEST(TransportFactoryTest, RejectsNonPositiveTimeout) {

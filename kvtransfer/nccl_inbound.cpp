@@ -1,0 +1,248 @@
+// Receiver side of the nccl backend.
+#include <sys/socket.h>
+
+#include <cstring>
+
+#include "common/logging.h"
+#include "common/status.h"
+#include "kvtransfer/nccl_connection.h"
+#include "kvtransfer/nccl_wire.h"
+
+namespace dq::kvtransfer::nccl {
+namespace {
+
+// While recvs are in flight the thread checks their events this often (an ack's latency).
+constexpr int64_t kPollUs = 50;
+
+}  // namespace
+
+NcclInbound::NcclInbound(Fd fd, std::string peer, RegionTable* regions, int device,
+                         std::string bus_id, int timeout_ms)
+    : fd_(std::move(fd)),
+      peer_(std::move(peer)),
+      regions_(regions),
+      device_(device),
+      bus_id_(std::move(bus_id)),
+      timeout_ms_(timeout_ms) {
+  thread_ = std::thread([this] { Serve(); });
+}
+
+NcclInbound::~NcclInbound() {
+  wake_.Signal();
+  thread_.join();
+}
+
+void NcclInbound::Serve() {
+  absl::Status s;
+  const cudaError_t e = cudaSetDevice(device_);
+  if (e != cudaSuccess) s = CudaStatus(e, absl::StrCat("selecting cuda:", device_));
+  if (s.ok()) s = Handshake();
+  if (s.ok()) {
+    last_progress_ = Clock::now();
+    s = ServeLoop();
+  }
+  if (!s.ok() && !absl::IsCancelled(s)) {
+    SPDLOG_WARN("kvtransfer nccl: dropping the connection from {}: {}", peer_,
+                std::string(s.message()));
+  }
+  Teardown();
+  finished_.store(true);
+}
+
+absl::Status NcclInbound::Handshake() {
+  char buf[Hello::kSize];
+  DQ_RETURN_IF_ERROR(RecvAll(fd_.get(), buf, sizeof(buf), timeout_ms_, wake_.fd()));
+  absl::StatusOr<Hello> hello = DecodeHello(buf);
+  absl::Status refuse = hello.status();
+  if (refuse.ok() && hello->bus_id == bus_id_) {
+    // NCCL cannot put two ranks of one communicator on one GPU; say so before it fails vaguely.
+    refuse = absl::FailedPreconditionError(absl::StrCat(
+        "the prefill and decode workers both use the GPU at PCI ", bus_id_,
+        "; the nccl transport moves KV between two GPUs: give them different --device (or use "
+        "tcp)"));
+  }
+  if (!refuse.ok()) {
+    (void)SendAck(0, refuse);
+    return refuse;
+  }
+  ncclUniqueId id;
+  std::memcpy(id.internal, hello->unique_id.data(), kUniqueIdBytes);
+  absl::StatusOr<ncclComm_t> comm = StartComm(id, /*rank=*/1);
+  absl::Status up = comm.status();
+  if (up.ok()) {
+    comm_ = *comm;
+    const int fd = fd_.get();
+    const int wake = wake_.fd();
+    up = WaitComm(
+        comm_, Clock::now() + std::chrono::milliseconds(timeout_ms_),
+        [fd, wake] {
+          if (WaitFd(wake, -1, 0) == WaitResult::kReady) {
+            return absl::CancelledError("the transport was shut down");
+          }
+          return PeerHungUp(fd) ? absl::UnavailableError("the sender hung up during the handshake")
+                                : absl::OkStatus();
+        },
+        "connecting the communicator");
+  }
+  if (up.ok()) {
+    const cudaError_t e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
+    if (e != cudaSuccess) up = CudaStatus(e, "creating the transfer stream");
+  }
+  (void)SendAck(0, up);
+  return up;
+}
+
+absl::Status NcclInbound::ServeLoop() {
+  for (;;) {
+    // Idle: wait for the next announcement as long as the sender likes; busy: poll the events.
+    const WaitResult w =
+        WaitFdMicros(fd_.get(), wake_.fd(), in_flight_.empty() ? int64_t{-1} : kPollUs);
+    if (w == WaitResult::kWoken) return absl::CancelledError("the transport was shut down");
+    if (w == WaitResult::kReady) {
+      char buf[wire::TransferHeader::kSize];
+      DQ_RETURN_IF_ERROR(RecvAll(fd_.get(), buf, sizeof(buf), timeout_ms_, wake_.fd()));
+      DQ_ASSIGN_OR_RETURN(wire::TransferHeader header, wire::DecodeTransferHeader(buf));
+      DQ_RETURN_IF_ERROR(Post(header));
+    }
+    DQ_RETURN_IF_ERROR(AckFinished());
+    if (!in_flight_.empty() && Clock::now() - std::max(in_flight_.front().posted, last_progress_) >
+                                   std::chrono::milliseconds(timeout_ms_)) {
+      return absl::DeadlineExceededError(absl::StrCat("sender ", peer_, " sent no KV bytes for ",
+                                                      timeout_ms_, " ms of a transfer"));
+    }
+  }
+}
+
+absl::Status NcclInbound::Post(const wire::TransferHeader& header) {
+  std::vector<wire::OpHeader> ops(header.num_ops);
+  for (wire::OpHeader& op : ops) {
+    char buf[wire::OpHeader::kSize];
+    DQ_RETURN_IF_ERROR(RecvAll(fd_.get(), buf, sizeof(buf), timeout_ms_, wake_.fd()));
+    op = wire::DecodeOpHeader(buf);
+  }
+  InFlight f;
+  f.transfer = header.transfer;
+  f.posted = Clock::now();
+  // Check every op before any recv: a bad one (a released region, a forged descriptor) sends
+  // the whole transfer into the scratch buffer and the ack says why.
+  for (const wire::OpHeader& op : ops) {
+    absl::StatusOr<PinnedRange> pin =
+        PinRange(*regions_, header.region, op.remote_offset, op.bytes);
+    if (!pin.ok()) {
+      f.error = absl::Status(pin.status().code(), absl::StrCat("receiver region ", header.region,
+                                                               ": ", pin.status().message()));
+      f.pins.clear();
+      break;
+    }
+    f.pins.push_back(std::move(*pin));
+  }
+  if (!ops.empty()) {
+    if (!free_events_.empty()) {
+      f.done = free_events_.back();
+      free_events_.pop_back();
+    } else {
+      DQ_NCCL_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&f.done, cudaEventDisableTiming),
+                                   "creating a CUDA event");
+    }
+    absl::Status posted = PostRecvs(ops, f);
+    if (!posted.ok()) {
+      free_events_.push_back(f.done);
+      return posted;
+    }
+  }
+  in_flight_.push_back(std::move(f));
+  return absl::OkStatus();
+}
+
+absl::Status NcclInbound::PostRecvs(const std::vector<wire::OpHeader>& ops, const InFlight& f) {
+  uint64_t largest = 0;
+  for (const wire::OpHeader& op : ops) largest = std::max(largest, op.bytes);
+  if (!f.error.ok()) DQ_RETURN_IF_ERROR(Scratch(std::min(largest, kNcclChunkBytes)));
+  ncclResult_t first_error = ncclGroupStart();
+  for (size_t i = 0; i < ops.size(); ++i) {
+    // The sender cuts each op into the same chunks (nccl_wire.h), so the counts match.
+    ForEachChunk(ops[i].bytes, kNcclChunkBytes, [&](uint64_t offset, uint64_t bytes) {
+      void* dst = f.error.ok() ? static_cast<void*>(f.pins[i].data() + offset) : scratch_;
+      const ncclResult_t r = ncclRecv(dst, bytes, ncclInt8, /*peer=*/0, comm_, stream_);
+      if (first_error == ncclSuccess && r != ncclSuccess && r != ncclInProgress) first_error = r;
+    });
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  if (first_error != ncclSuccess) return NcclStatus(first_error, comm_, "queueing ncclRecv");
+  if (end != ncclSuccess && end != ncclInProgress) {
+    return NcclStatus(end, comm_, "queueing ncclRecv");
+  }
+  const int fd = fd_.get();
+  DQ_RETURN_IF_ERROR(WaitComm(
+      comm_, Clock::now() + std::chrono::milliseconds(timeout_ms_),
+      [fd] {
+        return PeerHungUp(fd) ? absl::UnavailableError("the sender hung up") : absl::OkStatus();
+      },
+      "queueing ncclRecv"));
+  DQ_NCCL_CUDA_RETURN_IF_ERROR(cudaEventRecord(f.done, stream_), "ordering a KV receive");
+  return absl::OkStatus();
+}
+
+absl::Status NcclInbound::AckFinished() {
+  while (!in_flight_.empty()) {
+    InFlight& f = in_flight_.front();
+    if (f.done != nullptr) {
+      const cudaError_t e = cudaEventQuery(f.done);
+      if (e == cudaErrorNotReady) return absl::OkStatus();
+      if (e != cudaSuccess) return CudaStatus(e, "receiving KV");
+      free_events_.push_back(f.done);
+      f.done = nullptr;
+    }
+    last_progress_ = Clock::now();
+    const uint64_t transfer = f.transfer;
+    const absl::Status error = f.error;
+    in_flight_.pop_front();  // unpins: the bytes are in, a ReleaseRegion may go ahead
+    DQ_RETURN_IF_ERROR(SendAck(transfer, error));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NcclInbound::SendAck(uint64_t transfer, const absl::Status& status) {
+  std::string message(status.message().substr(0, wire::kMaxMessageBytes));
+  auto ack = wire::Encode(wire::AckHeader{transfer, static_cast<uint32_t>(status.code()),
+                                          static_cast<uint32_t>(message.size())});
+  std::string frame(ack.data(), ack.size());
+  frame += message;
+  return SendAll(fd_.get(), frame.data(), frame.size(), timeout_ms_, wake_.fd());
+}
+
+absl::Status NcclInbound::Scratch(uint64_t bytes) {
+  if (bytes <= scratch_bytes_) return absl::OkStatus();
+  if (scratch_ != nullptr) cudaFree(scratch_);
+  scratch_ = nullptr;
+  scratch_bytes_ = 0;
+  DQ_NCCL_CUDA_RETURN_IF_ERROR(cudaMalloc(&scratch_, bytes),
+                               absl::StrCat("allocating ", bytes, " bytes to drain a refused op"));
+  scratch_bytes_ = bytes;
+  return absl::OkStatus();
+}
+
+void NcclInbound::Teardown() {
+  shutdown(fd_.get(), SHUT_RDWR);
+  // Recvs still queued would wait for a sender that is gone: abort them, and keep their target
+  // ranges pinned (ReleaseRegion waits) until the stream has let go of them.
+  AbortComm(comm_);
+  comm_ = nullptr;
+  if (stream_ != nullptr) {
+    absl::Status idle =
+        WaitStreamIdle(stream_, Clock::now() + std::chrono::milliseconds(timeout_ms_));
+    if (!idle.ok()) SPDLOG_WARN("kvtransfer nccl: after aborting {}: {}", peer_, idle.ToString());
+  }
+  for (InFlight& f : in_flight_) {
+    if (f.done != nullptr) free_events_.push_back(f.done);
+  }
+  in_flight_.clear();  // unpins the targets
+  for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
+  free_events_.clear();
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  stream_ = nullptr;
+  if (scratch_ != nullptr) cudaFree(scratch_);
+  scratch_ = nullptr;
+}
+
+}  // namespace dq::kvtransfer::nccl
