@@ -100,13 +100,18 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kTileBytes = kTileKeys * kHeadDim * 2, kDTiles = kHeadDim / 8;
   constexpr int kChunks = kHeadDim / 8, kRowsPerPass = 32 / kChunks;
   extern __shared__ __align__(128) unsigned char smem[];
-  detail::PdlWait();
-  detail::PdlTrigger();
+  // Before griddepcontrol.wait this block reads only what the previous kernel cannot have
+  // written: the step's metadata and the keys/values of positions before ctx - 1 (a decode step
+  // writes only the new token's, at ctx - 1), so the first tiles stream while it drains.
   const int seq = blockIdx.z, kvh = blockIdx.y, split = blockIdx.x;
   const int ctx = a.context_lens[seq];
   const int part_len = DecodePartLen(ctx, gridDim.x);
   const int start = split * part_len;
-  if (start >= ctx) return;
+  if (start >= ctx) {
+    detail::PdlWait();
+    detail::PdlTrigger();
+    return;
+  }
   const int end = min(ctx, start + part_len);
   const int n_tiles = (end - start + kTileKeys - 1) / kTileKeys;
   const int group = a.num_heads / c.num_kv_heads;
@@ -143,10 +148,29 @@ __global__ void __launch_bounds__(kThreads)
       CpAsync16(TileAddr<kHeadDim>(vd, r, ch), c.v + off, valid);
     }
   };
+  // Tile i holds keys [key0, key0 + 16): safe before the wait when they all precede ctx - 1.
+  auto early = [&](int i) { return start + (warp + i * kWarps + 1) * kTileKeys < ctx; };
+  bool deferred = false;
 #pragma unroll
   for (int s = 0; s < kStages; ++s) {
-    if (s < my_tiles) load(s, s);
+    if (s < my_tiles) {
+      if (early(s)) {
+        load(s, s);
+      } else {
+        deferred = true;
+      }
+    }
     CpAsyncCommit();
+  }
+  detail::PdlWait();
+  detail::PdlTrigger();
+  if (deferred) {  // the tile with the new token (only among a warp's first kStages when short)
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      if (s < my_tiles && !early(s)) load(s, s);
+    }
+    CpAsyncCommit();
+    CpAsyncWait<0>();
   }
 
   // Q as the A operand: row g = head kvh * group + g (rows >= group and 8..15 are zero).

@@ -38,7 +38,9 @@ struct DecodeAttentionArgs {
 size_t DecodeAttentionWorkspaceBytes(int num_seqs, int num_heads, int head_dim, int max_context);
 
 // Preconditions (asserted): head_dim in {64, 128}; num_heads / num_kv_heads <= 8; workspace
-// large enough.
+// large enough. Not checkable: the kernel queued just before this one on the stream may write
+// only each sequence's newest position (ctx - 1) of the cache (what a decode step's RoPE does):
+// older keys and values are read before waiting for that kernel (programmatic dependent launch).
 void DecodeAttentionForward(const DecodeAttentionArgs& args, const KvCacheLayer& cache,
                             cudaStream_t stream);
 

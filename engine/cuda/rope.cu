@@ -16,17 +16,36 @@ template <int kHeadDim, bool kInterleaved>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     QkNormRopeKernel(QkNormRopeArgs a, KvCacheLayer cache) {
   constexpr int kHalf = kHeadDim / 2, kPairs = kHalf / 32;
-  detail::PdlWait();
-  detail::PdlTrigger();
   const int lane = threadIdx.x & 31;
   const bool write_cache = a.slot_mapping != nullptr;
   const int heads = a.num_heads + a.num_kv_heads * (write_cache ? 2 : 1);
   const int64_t w = blockIdx.x * int64_t{kWarpsPerBlock} + (threadIdx.x >> 5);
-  if (w >= a.tokens * heads) return;
-  const int64_t t = w / heads;
-  const int h = static_cast<int>(w % heads);
-  const int32_t slot = write_cache ? a.slot_mapping[t] : -1;
-  if (h >= a.num_heads + a.num_kv_heads) {  // V: copy into the cache
+  // Everything up to the first read of q / k / v depends only on the step's metadata (copied in
+  // before the step's first kernel) and the weights, so it runs before griddepcontrol.wait,
+  // overlapping the previous kernel's tail: positions, slots, norm weights and the rotations.
+  const bool live = w < a.tokens * heads;
+  const int64_t t = live ? w / heads : 0;
+  const int h = live ? static_cast<int>(w % heads) : 0;
+  const int32_t slot = write_cache && live ? a.slot_mapping[t] : -1;
+  const bool is_v = h >= a.num_heads + a.num_kv_heads;
+  const bool is_q = h < a.num_heads;
+  const float* nw = is_q ? a.q_norm_weight : a.k_norm_weight;
+  float sn[kPairs], cs[kPairs], wa[kPairs], wb[kPairs];
+  if (live && !is_v) {
+    const float pos = static_cast<float>(a.positions[t]);
+#pragma unroll
+    for (int j = 0; j < kPairs; ++j) {
+      const int i = lane + 32 * j;
+      const int ia = kInterleaved ? 2 * i : i, ib = kInterleaved ? 2 * i + 1 : i + kHalf;
+      sincosf(pos * a.inv_freq[i], &sn[j], &cs[j]);
+      wa[j] = nw != nullptr ? nw[ia] : 1.0f;
+      wb[j] = nw != nullptr ? nw[ib] : 1.0f;
+    }
+  }
+  detail::PdlWait();
+  detail::PdlTrigger();
+  if (!live) return;
+  if (is_v) {  // V: copy into the cache
     if (slot < 0) return;
     const int kvh = h - a.num_heads - a.num_kv_heads;
     const __nv_bfloat16* src = a.v + t * a.v_stride + kvh * kHeadDim;
@@ -36,11 +55,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     }
     return;
   }
-  const bool is_q = h < a.num_heads;
   const int hh = is_q ? h : h - a.num_heads;
   __nv_bfloat16* x =
       is_q ? a.q + t * a.q_stride + hh * kHeadDim : a.k + t * a.k_stride + hh * kHeadDim;
-  const float* nw = is_q ? a.q_norm_weight : a.k_norm_weight;
   float x1[kPairs], x2[kPairs];
 #pragma unroll
   for (int j = 0; j < kPairs; ++j) {
@@ -57,21 +74,17 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     const float inv = 1.0f / sqrtf(ss / static_cast<float>(kHeadDim) + a.eps);
 #pragma unroll
     for (int j = 0; j < kPairs; ++j) {
-      const int i = lane + 32 * j;
-      const int ia = kInterleaved ? 2 * i : i, ib = kInterleaved ? 2 * i + 1 : i + kHalf;
-      x1[j] = nw[ia] * (x1[j] * inv);
-      x2[j] = nw[ib] * (x2[j] * inv);
+      x1[j] = wa[j] * (x1[j] * inv);
+      x2[j] = wb[j] * (x2[j] * inv);
     }
   }
-  const float pos = static_cast<float>(a.positions[t]);
   __nv_bfloat16* dst =
       (!is_q && slot >= 0) ? cache.k + slot * cache.token_stride() + hh * kHeadDim : nullptr;
 #pragma unroll
   for (int j = 0; j < kPairs; ++j) {
     const int i = lane + 32 * j;
     const int ia = kInterleaved ? 2 * i : i, ib = kInterleaved ? 2 * i + 1 : i + kHalf;
-    float s, c;
-    sincosf(pos * a.inv_freq[i], &s, &c);
+    const float s = sn[j], c = cs[j];
     const __nv_bfloat16 ya = __float2bfloat16(x1[j] * c - x2[j] * s);
     const __nv_bfloat16 yb = __float2bfloat16(x2[j] * c + x1[j] * s);
     x[ia] = ya;
