@@ -117,7 +117,6 @@ absl::Status Generator::Prefill(Sequence& s) {
                                               std::span<int32_t>(&s.next_token, 1)));
   s.result.prompt_tokens = static_cast<int>(prompt.size());
   s.result.prefill_seconds = Now() - t0;
-  s.decode_start = Now();
   return absl::OkStatus();
 }
 
@@ -234,7 +233,9 @@ absl::StatusOr<std::vector<GenerationResult>> Generator::Generate(
     if (status.ok()) Emit(*s, s->next_token, on_text);
   }
   std::vector<Sequence*> active;
+  const double decode_start = Now();  // after every prefill (and drafter prefill)
   for (auto& s : seqs) {
+    s->decode_start = decode_start;
     if (!s->done) active.push_back(s.get());
   }
   while (status.ok() && !active.empty()) {
