@@ -26,6 +26,9 @@ class TableReader {
     if constexpr (std::is_same_v<T, std::string>) {
       if (auto v = n->value<std::string>()) return void(*out = *v);
       Fail(key, "a string");
+    } else if constexpr (std::is_same_v<T, bool>) {
+      if (auto v = n->value<bool>()) return void(*out = *v);
+      Fail(key, "true or false");
     } else {
       if (auto v = n->value<int64_t>()) {
         if (*v < 0 || *v > std::numeric_limits<T>::max())
@@ -93,6 +96,41 @@ absl::Status ReadRouter(const toml::table& t, RouterConfig* c) {
   return r.Finish();
 }
 
+absl::Status ReadOdp(const toml::table& t, OdpConfig* o) {
+  TableReader r(t, "[odp]");
+  o->enabled = true;
+  r.Get("enabled", &o->enabled);
+  r.Get("crossover_tokens", &o->crossover_tokens);
+  r.Get("slots", &o->slots);
+  r.Get("source", &o->source);
+  r.Get("image_dir", &o->image_dir);
+  return r.Finish();
+}
+
+absl::Status CheckOdp(const DeployConfig& c, const DeviceSpec& prefill, const DeviceSpec& decode) {
+  const OdpConfig& o = c.odp;
+  if (!o.enabled) return absl::OkStatus();
+  if (c.prefill.weights.empty()) {
+    return absl::InvalidArgumentError(
+        "odp streams a prefill checkpoint of its own: set [prefill] weights (e.g. an fp8 or "
+        "nvfp4 checkpoint from `dq-tool quantize`)");
+  }
+  if (!prefill.cuda || !decode.cuda || prefill.index != decode.index) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "odp serves both phases from one GPU: set [prefill] and [decode] device to the same "
+        "\"cuda:N\" (got \"",
+        c.prefill.device, "\" and \"", c.decode.device, "\")"));
+  }
+  if (o.slots < 2) {
+    return absl::InvalidArgumentError("[odp] slots must be >= 2 (one computes, one fills)");
+  }
+  if (o.source != "disk" && o.source != "host") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("[odp] source must be \"disk\" or \"host\", got \"", o.source, "\""));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckValues(const DeployConfig& c) {
   if (c.model.empty()) {
     return absl::InvalidArgumentError(
@@ -126,7 +164,7 @@ absl::Status CheckValues(const DeployConfig& c) {
         "\": the CPU keeps KV in f32 and CUDA in bf16, so both workers must be on the CPU or "
         "both on GPUs"));
   }
-  return absl::OkStatus();
+  return CheckOdp(c, *devices[0], *devices[1]);
 }
 
 }  // namespace
@@ -146,6 +184,9 @@ absl::StatusOr<DeployConfig> ParseDeployConfig(std::string_view text, const std:
   TableReader top(root, std::string(source_name));
   top.Get("model", &c.model);
   top.Get("served_model_name", &c.served_model_name);
+  if (const toml::node* odp = root.get("odp"); odp != nullptr && !odp->is_table()) {
+    top.Get("odp", &c.odp.enabled);
+  }
   DQ_RETURN_IF_ERROR(top.Finish());
   for (const auto& [k, v] : root) {
     const std::string key(k.str());
@@ -160,15 +201,18 @@ absl::StatusOr<DeployConfig> ParseDeployConfig(std::string_view text, const std:
       DQ_RETURN_IF_ERROR(r.Finish());
     } else if (key == "prefill" || key == "decode") {
       DQ_RETURN_IF_ERROR(ReadPhase(t, key, key == "prefill" ? &c.prefill : &c.decode));
+    } else if (key == "odp") {
+      DQ_RETURN_IF_ERROR(ReadOdp(t, &c.odp));
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat(std::string(source_name), ": unknown table [", key,
-                       "]; expected [router], [transfer], [prefill] or [decode]"));
+                       "]; expected [router], [transfer], [prefill], [decode] or [odp]"));
     }
   }
   c.model = Resolve(base_dir, c.model);
   c.prefill.weights = Resolve(base_dir, c.prefill.weights);
   c.decode.weights = Resolve(base_dir, c.decode.weights);
+  c.odp.image_dir = Resolve(base_dir, c.odp.image_dir);
   DQ_RETURN_IF_ERROR(CheckValues(c));
   return c;
 }

@@ -7,6 +7,8 @@
 //   [transfer] backend ("tcp" | "ucx"), io_timeout_ms
 //   [prefill]  weights, compute, device, threads, token_budget, kv_capacity, port
 //   [decode]   weights, compute, device, threads, max_batch, kv_capacity, lease_ttl_ms, port
+//   odp = true, or an [odp] table: crossover_tokens, slots, source ("disk" | "host"), image_dir
+//              (offloaded disaggregated prefill on one GPU, docs/odp.md)
 //
 // Unknown tables or keys are errors (a typo must not silently fall back to a default).
 #pragma once
@@ -54,6 +56,17 @@ struct PhaseConfig {
   int lease_ttl_ms = 120000;
 };
 
+// Offloaded disaggregated prefill (docs/odp.md): the decode weights stay resident on the GPU (and
+// prefill short prompts); [prefill] weights are streamed layer by layer for long ones. Needs
+// [prefill] weights and both phases on the same GPU.
+struct OdpConfig {
+  bool enabled = false;
+  int crossover_tokens = 0;     // prompts from this length stream; 0: measured at start-up
+  int slots = 2;                // device slots for streamed layers (>= 2)
+  std::string source = "disk";  // "disk": an image file read per pass; "host": pinned memory
+  std::string image_dir;        // where the image file goes; empty: the system temp folder
+};
+
 struct DeployConfig {
   std::string model;
   std::string served_model_name;  // empty: the model file/folder name
@@ -61,6 +74,7 @@ struct DeployConfig {
   TransferConfig transfer;
   PhaseConfig prefill;
   PhaseConfig decode;
+  OdpConfig odp;
 };
 
 // Parses TOML text; relative paths are resolved against `base_dir` (empty: kept as given).

@@ -14,6 +14,7 @@
 #include "engine/cuda/linear_fuse.h"
 #include "engine/cuda/norm.h"
 #include "engine/cuda/rope.h"
+#include "engine/cuda/weight_stream.h"
 #include "engine/quant/ggml_blocks.h"
 
 namespace dq::cuda {
@@ -105,44 +106,143 @@ KvCacheLayer DeviceKvCache::layer(int l) const {
   return c;
 }
 
+CudaDecoderModel::CudaDecoderModel() = default;
+
 CudaDecoderModel::~CudaDecoderModel() {
   for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g);
-  if (buf_ && buf_->host_meta) cudaFreeHost(buf_->host_meta);
-  if (buf_ && buf_->host_logits) cudaFreeHost(buf_->host_logits);
-  if (stream_) cudaStreamDestroy(stream_);
+  streamer_.reset();  // its copies must finish before the stream and slots go
 }
 
-absl::Status CudaDecoderModel::Upload(const DecoderModel& cpu) {
+namespace {
+
+absl::StatusOr<CudaDecoderModel::Layer> UploadLayer(const DecoderLayerWeights& lw, bool qk_norm) {
+  CudaDecoderModel::Layer l;
+  l.attn_norm = Floats(lw.attn_norm);
+  l.ffn_norm = Floats(lw.ffn_norm);
+  if (qk_norm) {
+    l.q_norm = Floats(lw.q_norm);
+    l.k_norm = Floats(lw.k_norm);
+  }
+  DQ_ASSIGN_OR_RETURN(l.qkv, UploadGroup({&lw.q, &lw.k, &lw.v}));
+  DQ_ASSIGN_OR_RETURN(l.gate_up, UploadGroup({&lw.gate, &lw.up}));
+  DQ_ASSIGN_OR_RETURN(l.o, UploadLinear(lw.o));
+  DQ_ASSIGN_OR_RETURN(l.down, UploadLinear(lw.down));
+  return l;
+}
+
+int64_t LayerBytes(const CudaDecoderModel::Layer& l) {
+  return Bytes(l.qkv) + Bytes(l.gate_up) + l.o.device_bytes() + l.down.device_bytes();
+}
+
+}  // namespace
+
+absl::Status CudaDecoderModel::Upload(const DecoderModel& cpu,
+                                      const CudaWeightPlacement& placement) {
   const DecoderWeights& w = cpu.weights();
+  if (placement.stream != nullptr) {
+    DQ_ASSIGN_OR_RETURN(streamer_, WeightStreamer::Create(*placement.stream));
+  }
   for (const DecoderLayerWeights& lw : w.layers) {
-    Layer l;
-    l.attn_norm = Floats(lw.attn_norm);
-    l.ffn_norm = Floats(lw.ffn_norm);
-    if (config_.qk_norm) {
-      l.q_norm = Floats(lw.q_norm);
-      l.k_norm = Floats(lw.k_norm);
-    }
-    DQ_ASSIGN_OR_RETURN(l.qkv, UploadGroup({&lw.q, &lw.k, &lw.v}));
-    DQ_ASSIGN_OR_RETURN(l.gate_up, UploadGroup({&lw.gate, &lw.up}));
-    DQ_ASSIGN_OR_RETURN(l.o, UploadLinear(lw.o));
-    DQ_ASSIGN_OR_RETURN(l.down, UploadLinear(lw.down));
+    // Streamed: each layer is uploaded as the resident model would hold it, its image kept by
+    // the streamer, and its device memory freed before the next one.
+    DQ_ASSIGN_OR_RETURN(Layer l, UploadLayer(lw, config_.qk_norm));
     stats_.fused_qkv_layers += l.qkv.size() == 1;
     stats_.fused_gate_up_layers += l.gate_up.size() == 1;
-    stats_.weight_bytes +=
-        Bytes(l.qkv) + Bytes(l.gate_up) + l.o.device_bytes() + l.down.device_bytes();
-    layers_.push_back(std::move(l));
+    if (streamer_) {
+      DQ_RETURN_IF_ERROR(streamer_->AddLayer(l));
+    } else {
+      stats_.weight_bytes += LayerBytes(l);
+      layers_.push_back(std::move(l));
+    }
   }
-  DQ_ASSIGN_OR_RETURN(embedding_, UploadEmbedding(w.embedding));
-  DQ_ASSIGN_OR_RETURN(lm_head_, UploadLinear(w.lm_head));
+  if (streamer_) {
+    DQ_RETURN_IF_ERROR(streamer_->Finish());
+    stats_.streamed_image_bytes = streamer_->image_bytes();
+    stats_.stream_slot_bytes = streamer_->slot_bytes() * streamer_->slots();
+    stats_.weight_bytes += stats_.stream_slot_bytes;
+  }
+  if (placement.share_embeddings) {
+    const CudaDecoderModel& o = *placement.share_embeddings;
+    embeddings_owner_ = placement.share_embeddings;
+    embedding_ = DeviceBuffer::View(o.embedding_.get(), o.embedding_.bytes());
+    lm_head_ = ViewLinear(o.lm_head_);
+    stats_.shared_weight_bytes = embedding_.bytes() + lm_head_.device_bytes();
+  } else {
+    DQ_ASSIGN_OR_RETURN(embedding_, UploadEmbedding(w.embedding));
+    DQ_ASSIGN_OR_RETURN(lm_head_, UploadLinear(w.lm_head));
+    stats_.weight_bytes += embedding_.bytes() + lm_head_.device_bytes();
+  }
   final_norm_ = Floats(w.final_norm);
   inv_freq_ = Floats(cpu::RopeInverseFrequencies(config_.head_dim, config_.rope_theta));
-  stats_.weight_bytes += embedding_.bytes() + lm_head_.device_bytes();
   stats_.kv_cache_bytes = kv_->bytes();
   return absl::OkStatus();
 }
 
+void CudaDecoderModel::AllocateWorkspace() {
+  const ModelConfig& c = config_;
+  mu_ = std::make_shared<std::mutex>();
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  stream_owner_ = std::shared_ptr<CUstream_st>(s, [](cudaStream_t x) { cudaStreamDestroy(x); });
+  stream_ = s;
+  linear_ = std::make_shared<LinearContext>();
+  const int64_t max_in = std::max<int64_t>(c.intermediate_size, std::max(c.hidden_size, c.q_dim()));
+  const int64_t max_out = std::max<int64_t>(2 * c.intermediate_size, c.q_dim() + 2 * c.kv_dim());
+  linear_->Reserve(options_.max_batch_tokens, max_in, max_out);
+  auto& b = *(buf_ = std::make_shared<Buffers>());
+  b.cap_tokens = options_.max_batch_tokens;
+  b.cap_seqs = kMaxSeqs;
+  b.cap_rows = kMaxLogitRows;
+  b.max_blocks = (c.max_context + kv_->options().block_size - 1) / kv_->options().block_size;
+  b.ids = 0;
+  b.positions = b.cap_tokens;
+  b.slots = 2 * b.cap_tokens;
+  b.cu_seqlens = 3 * b.cap_tokens;
+  b.prefix = b.cu_seqlens + b.cap_seqs + 1;
+  b.ctx = b.prefix + b.cap_seqs;
+  b.tables = b.ctx + b.cap_seqs;
+  b.meta_ints = b.tables + b.cap_seqs * b.max_blocks;
+  b.meta = DeviceBuffer(b.meta_ints * 4);
+  CUDA_CHECK(cudaMallocHost(&b.host_meta, b.meta_ints * 4));
+  CUDA_CHECK(cudaMallocHost(&b.host_logits,
+                            static_cast<size_t>(options_.max_graph_batch) * c.vocab_size * 4));
+  const int64_t T = b.cap_tokens;
+  b.x = DeviceBuffer(T * c.hidden_size * 4);
+  b.h = DeviceBuffer(T * std::max<int64_t>(c.hidden_size, c.intermediate_size) * 2);
+  b.qkv = DeviceBuffer(T * (c.q_dim() + 2 * c.kv_dim()) * 2);
+  b.attn = DeviceBuffer(T * c.q_dim() * 2);
+  b.gu = DeviceBuffer(T * 2 * c.intermediate_size * 2);
+  b.rows = DeviceBuffer(b.cap_rows * c.hidden_size * 4);
+  b.rows_h = DeviceBuffer(b.cap_rows * c.hidden_size * 2);
+  b.logits = DeviceBuffer(b.cap_rows * static_cast<int64_t>(c.vocab_size) * 4);
+  b.decode_ws = DeviceBuffer(DecodeAttentionWorkspaceBytes(
+      std::max(options_.max_graph_batch, kMaxDecodeSeqs), c.num_heads, c.head_dim, c.max_context));
+}
+
+absl::Status CudaDecoderModel::ShareWorkspace(const CudaDecoderModel& peer) {
+  if (options_.max_batch_tokens > peer.buf_->cap_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a model sharing another's scratch cannot take larger passes (", options_.max_batch_tokens,
+        " tokens) than it was sized for (", peer.buf_->cap_tokens, ")"));
+  }
+  if (peer.config_.hidden_size != config_.hidden_size ||
+      peer.config_.intermediate_size != config_.intermediate_size ||
+      peer.config_.q_dim() != config_.q_dim() || peer.config_.kv_dim() != config_.kv_dim() ||
+      peer.config_.vocab_size != config_.vocab_size ||
+      peer.config_.max_context != config_.max_context) {
+    return absl::InvalidArgumentError("models sharing scratch buffers must have the same shapes");
+  }
+  mu_ = peer.mu_;
+  stream_owner_ = peer.stream_owner_;
+  stream_ = peer.stream_;
+  linear_ = peer.linear_;
+  buf_ = peer.buf_;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<CudaDecoderModel>> CudaDecoderModel::Create(
-    const DecoderModel& cpu, std::shared_ptr<DeviceKvCache> kv, const CudaBackendOptions& options) {
+    const DecoderModel& cpu, std::shared_ptr<DeviceKvCache> kv, const CudaBackendOptions& options,
+    const CudaWeightPlacement& placement) {
   const ModelConfig& cc = cpu.config();
   // What the attention kernels are built for; anything else is refused here, not asserted later.
   if (cc.head_dim != 64 && cc.head_dim != 128) {
@@ -161,47 +261,29 @@ absl::StatusOr<std::unique_ptr<CudaDecoderModel>> CudaDecoderModel::Create(
   std::unique_ptr<CudaDecoderModel> m(new CudaDecoderModel());
   m->config_ = cpu.config();
   m->options_ = options;
+  // A graph would bake in one pass's slot waits and skip the host's reads: streamed passes run
+  // uncaptured.
+  if (placement.stream != nullptr) m->options_.use_graphs = false;
   m->kv_ = std::move(kv);
-  DQ_RETURN_IF_ERROR(m->Upload(cpu));
-  CUDA_CHECK(cudaStreamCreateWithFlags(&m->stream_, cudaStreamNonBlocking));
-  m->linear_ = std::make_unique<LinearContext>();
-  const ModelConfig& c = m->config_;
-  const int64_t max_in = std::max<int64_t>(c.intermediate_size, std::max(c.hidden_size, c.q_dim()));
-  const int64_t max_out = std::max<int64_t>(2 * c.intermediate_size, c.q_dim() + 2 * c.kv_dim());
-  m->linear_->Reserve(options.max_batch_tokens, max_in, max_out);
-  auto& b = *(m->buf_ = std::make_unique<Buffers>());
-  b.cap_tokens = options.max_batch_tokens;
-  b.cap_seqs = kMaxSeqs;
-  b.cap_rows = kMaxLogitRows;
-  b.max_blocks = (c.max_context + m->kv_->options().block_size - 1) / m->kv_->options().block_size;
-  b.ids = 0;
-  b.positions = b.cap_tokens;
-  b.slots = 2 * b.cap_tokens;
-  b.cu_seqlens = 3 * b.cap_tokens;
-  b.prefix = b.cu_seqlens + b.cap_seqs + 1;
-  b.ctx = b.prefix + b.cap_seqs;
-  b.tables = b.ctx + b.cap_seqs;
-  b.meta_ints = b.tables + b.cap_seqs * b.max_blocks;
-  b.meta = DeviceBuffer(b.meta_ints * 4);
-  CUDA_CHECK(cudaMallocHost(&b.host_meta, b.meta_ints * 4));
-  CUDA_CHECK(cudaMallocHost(&b.host_logits,
-                            static_cast<size_t>(options.max_graph_batch) * c.vocab_size * 4));
-  const int64_t T = b.cap_tokens;
-  b.x = DeviceBuffer(T * c.hidden_size * 4);
-  b.h = DeviceBuffer(T * std::max<int64_t>(c.hidden_size, c.intermediate_size) * 2);
-  b.qkv = DeviceBuffer(T * (c.q_dim() + 2 * c.kv_dim()) * 2);
-  b.attn = DeviceBuffer(T * c.q_dim() * 2);
-  b.gu = DeviceBuffer(T * 2 * c.intermediate_size * 2);
-  b.rows = DeviceBuffer(b.cap_rows * c.hidden_size * 4);
-  b.rows_h = DeviceBuffer(b.cap_rows * c.hidden_size * 2);
-  b.logits = DeviceBuffer(b.cap_rows * static_cast<int64_t>(c.vocab_size) * 4);
-  b.decode_ws = DeviceBuffer(DecodeAttentionWorkspaceBytes(
-      std::max(options.max_graph_batch, kMaxDecodeSeqs), c.num_heads, c.head_dim, c.max_context));
+  DQ_RETURN_IF_ERROR(m->Upload(cpu, placement));
+  if (placement.share_workspace) {
+    DQ_RETURN_IF_ERROR(m->ShareWorkspace(*placement.share_workspace));
+  } else {
+    m->AllocateWorkspace();
+  }
   spdlog::info(
       "cuda model: {:.1f} MiB of weights, {:.1f} MiB of KV cache, fused qkv in {}/{} "
       "layers, gate|up in {}/{}",
       m->stats_.weight_bytes / 1048576.0, m->stats_.kv_cache_bytes / 1048576.0,
-      m->stats_.fused_qkv_layers, c.num_layers, m->stats_.fused_gate_up_layers, c.num_layers);
+      m->stats_.fused_qkv_layers, cc.num_layers, m->stats_.fused_gate_up_layers, cc.num_layers);
+  if (m->streamer_) {
+    spdlog::info(
+        "cuda model: layers streamed ({:.1f} MiB per pass) through {} slots of {:.1f} MiB; "
+        "embedding/lm_head {}",
+        m->stats_.streamed_image_bytes / 1048576.0, m->streamer_->slots(),
+        m->streamer_->slot_bytes() / 1048576.0,
+        placement.share_embeddings ? "shared with the resident model" : "resident");
+  }
   return m;
 }
 

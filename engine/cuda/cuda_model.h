@@ -43,9 +43,17 @@ class DeviceKvCache {
   DeviceBuffer k_, v_;  // [layers][blocks][block_size][kv_heads][head_dim] bf16
 };
 
+class WeightStreamer;        // weight_stream.h
+struct WeightStreamOptions;  // weight_stream.h
+
 // Device bytes of one phase's weights (for reports).
 struct CudaModelStats {
+  // Device memory this model allocated for weights (with streaming: the slots, not the layers;
+  // without the shared embedding/lm_head).
   int64_t weight_bytes = 0;
+  int64_t streamed_image_bytes = 0;  // what one streamed pass copies in
+  int64_t stream_slot_bytes = 0;     // all slots together
+  int64_t shared_weight_bytes = 0;   // embedding + lm_head used in place from another model
   int64_t kv_cache_bytes = 0;
   int fused_qkv_layers = 0;
   int fused_gate_up_layers = 0;
@@ -65,12 +73,28 @@ struct SamplingBuffers {
   char* host = nullptr;  // pinned, the same bytes as `dev`
 };
 
+class CudaDecoderModel;
+
+// Where a model's weights live, when not all resident in its own memory (offloaded
+// disaggregated prefill, docs/odp.md).
+struct CudaWeightPlacement {
+  // Set: the layers are not resident; each pass streams them (weight_stream.h).
+  const WeightStreamOptions* stream = nullptr;
+  // Set: the embedding and lm_head are used in place from this model, whose checkpoint stores
+  // them with the same bytes (the caller checks: SameEmbeddings in odp_backend.h).
+  std::shared_ptr<const CudaDecoderModel> share_embeddings;
+  // Set: passes run on this model's stream, scratch buffers and lock instead of our own (two
+  // phases on one GPU never run at once, so one set of activations serves both). Its
+  // max_batch_tokens bounds ours.
+  std::shared_ptr<const CudaDecoderModel> share_workspace;
+};
+
 class CudaDecoderModel : public ForwardModel {
  public:
   // Uploads `cpu`'s weights. The model keeps `kv` (shared with the other phase's model).
   static absl::StatusOr<std::unique_ptr<CudaDecoderModel>> Create(
-      const DecoderModel& cpu, std::shared_ptr<DeviceKvCache> kv,
-      const CudaBackendOptions& options);
+      const DecoderModel& cpu, std::shared_ptr<DeviceKvCache> kv, const CudaBackendOptions& options,
+      const CudaWeightPlacement& placement = {});
   ~CudaDecoderModel() override;
 
   const ModelConfig& config() const override { return config_; }
@@ -90,25 +114,29 @@ class CudaDecoderModel : public ForwardModel {
   // (from ForwardHooks::on_layer_kv_written) and copies received KV in with its own stream.
   const DeviceKvCache& kv_cache() const { return *kv_; }
   cudaStream_t stream() const { return stream_; }
+  // Null unless the layers are streamed (benchmarks drop its page cache between passes).
+  const WeightStreamer* weight_streamer() const { return streamer_.get(); }
 
   struct Layer;
   struct Plan;
   struct Buffers;
 
  private:
-  CudaDecoderModel() = default;
-  absl::Status Upload(const DecoderModel& cpu);
+  CudaDecoderModel();
+  absl::Status Upload(const DecoderModel& cpu, const CudaWeightPlacement& placement);
   // Checks `batch`, flattens it into `plan` and the metadata image and enqueues its upload.
   // Holds mu_.
   absl::Status Prepare(const Batch& batch, const KvBlockPool& pool, Plan* plan) const;
   // Enqueues the pass up to the logits: a graph replay for small decode batches (returns true;
   // the logits are left in buf_->logits), else the layers and EnqueueLogits(plan, host_out).
-  bool Launch(const Plan& plan, const ForwardHooks& hooks, float* host_out) const;
+  // Errors (a streamed layer that could not be read) leave nothing in flight.
+  absl::StatusOr<bool> Launch(const Plan& plan, const ForwardHooks& hooks, float* host_out) const;
   // Enqueues the pick of one token per row of buf_->logits and the ids' copy to the pinned
   // staging; the caller synchronizes and reads them with TakeSampledIds.
   void EnqueueSampling(std::span<const DeviceSampling> per_item) const;
   void TakeSampledIds(std::span<int32_t> out) const;
-  void EnqueueLayers(const Plan& plan, const ForwardHooks* hooks) const;
+  absl::Status EnqueueLayers(const Plan& plan, const ForwardHooks* hooks) const;
+  void EnqueueLayer(int l, const Layer& L, const Plan& plan, const ForwardHooks* hooks) const;
   // Projects the wanted rows to logits; with `host_out`, copies each chunk back as it is done.
   void EnqueueLogits(const Plan& plan, float* host_out) const;
   void RunDecodeGraph(const Plan& plan) const;
@@ -116,18 +144,26 @@ class CudaDecoderModel : public ForwardModel {
   ModelConfig config_;
   CudaBackendOptions options_;
   std::shared_ptr<DeviceKvCache> kv_;
-  std::vector<Layer> layers_;
-  DeviceBuffer embedding_;  // bf16 [vocab, hidden]
+  std::vector<Layer> layers_;                                 // empty when streamed
+  std::unique_ptr<WeightStreamer> streamer_;                  // set when streamed
+  std::shared_ptr<const CudaDecoderModel> embeddings_owner_;  // set when shared
+  DeviceBuffer embedding_;                                    // bf16 [vocab, hidden]
   DeviceBuffer final_norm_;
   DeviceLinear lm_head_;
   DeviceBuffer inv_freq_;
   CudaModelStats stats_;
 
-  // Forward state: one stream, scratch buffers and captured graphs. Forward is serialized.
-  mutable std::mutex mu_;
+  // Allocates the stream, scratch and lock (AllocateWorkspace) or takes another model's.
+  void AllocateWorkspace();
+  absl::Status ShareWorkspace(const CudaDecoderModel& peer);
+
+  // Forward state: one stream, scratch buffers and captured graphs. Forward is serialized by
+  // mu_, which a model sharing the workspace shares too.
+  std::shared_ptr<std::mutex> mu_;
+  std::shared_ptr<CUstream_st> stream_owner_;
   cudaStream_t stream_ = nullptr;
-  std::unique_ptr<LinearContext> linear_;
-  std::unique_ptr<Buffers> buf_;
+  std::shared_ptr<LinearContext> linear_;
+  std::shared_ptr<Buffers> buf_;
   mutable std::map<int, cudaGraphExec_t> graphs_;      // by decode batch size
   mutable std::unique_ptr<SamplingBuffers> sampling_;  // made on the first ForwardSample
 };

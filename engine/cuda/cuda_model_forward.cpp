@@ -1,6 +1,7 @@
 // CudaDecoderModel's forward pass: planning on the host, enqueueing the layers, logits, and the
 // decode step's CUDA graphs.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,7 @@
 #include "engine/cuda/elementwise.h"
 #include "engine/cuda/norm.h"
 #include "engine/cuda/rope.h"
+#include "engine/cuda/weight_stream.h"
 
 namespace dq::cuda {
 namespace {
@@ -92,20 +94,28 @@ absl::Status CudaDecoderModel::Prepare(const Batch& batch, const KvBlockPool& po
   return absl::OkStatus();
 }
 
-bool CudaDecoderModel::Launch(const Plan& plan, const ForwardHooks& hooks, float* host_out) const {
+absl::StatusOr<bool> CudaDecoderModel::Launch(const Plan& plan, const ForwardHooks& hooks,
+                                              float* host_out) const {
   const bool graph = plan.decode && options_.use_graphs && plan.seqs <= options_.max_graph_batch;
   if (graph) {
     RunDecodeGraph(plan);
-  } else {
-    EnqueueLayers(plan, &hooks);
-    EnqueueLogits(plan, host_out);
+    return true;
   }
-  return graph;
+  absl::Status s = EnqueueLayers(plan, &hooks);
+  if (!s.ok()) {
+    // A streamed layer could not be read: drain what was enqueued so that nothing of this pass
+    // runs on after the error (the next pass starts with idle streams and slots).
+    if (streamer_) streamer_->Abort();
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return s;
+  }
+  EnqueueLogits(plan, host_out);
+  return false;
 }
 
 absl::Status CudaDecoderModel::Forward(const Batch& batch, KvBlockPool& pool, ThreadPool&,
                                        BatchLogits* logits, const ForwardHooks& hooks) const {
-  std::lock_guard lock(mu_);
+  std::lock_guard lock(*mu_);
   Buffers& b = *buf_;
   Plan plan;
   DQ_RETURN_IF_ERROR(Prepare(batch, pool, &plan));
@@ -117,7 +127,7 @@ absl::Status CudaDecoderModel::Forward(const Batch& batch, KvBlockPool& pool, Th
     logits->item_first_row.push_back(row);
     row += r.second;
   }
-  const bool graph = Launch(plan, hooks, logits->values.data());
+  DQ_ASSIGN_OR_RETURN(const bool graph, Launch(plan, hooks, logits->values.data()));
   if (graph) {
     // Through pinned memory: a device-to-pageable copy is staged by the driver, much slower.
     CUDA_CHECK(cudaMemcpyAsync(b.host_logits, b.logits.get(), logits->values.size() * 4,
@@ -129,94 +139,108 @@ absl::Status CudaDecoderModel::Forward(const Batch& batch, KvBlockPool& pool, Th
   return absl::OkStatus();
 }
 
-void CudaDecoderModel::EnqueueLayers(const Plan& plan, const ForwardHooks* hooks) const {
+absl::Status CudaDecoderModel::EnqueueLayers(const Plan& plan, const ForwardHooks* hooks) const {
+  const Buffers& b = *buf_;
+  if (streamer_) DQ_RETURN_IF_ERROR(streamer_->Begin(stream_));
+  EmbeddingForward({embedding_.get<__nv_bfloat16>(), b.dev(b.ids), b.x.get<float>(), plan.tokens,
+                    config_.hidden_size},
+                   stream_);
+  for (int l = 0; l < config_.num_layers; ++l) {
+    if (!streamer_) {
+      EnqueueLayer(l, layers_[l], plan, hooks);
+      continue;
+    }
+    // The compute stream waits for the layer's slot; after its kernels the slot is refilled.
+    EnqueueLayer(l, streamer_->Acquire(l), plan, hooks);
+    DQ_RETURN_IF_ERROR(streamer_->Release(l));
+  }
+  return absl::OkStatus();
+}
+
+void CudaDecoderModel::EnqueueLayer(int l, const Layer& L, const Plan& plan,
+                                    const ForwardHooks* hooks) const {
   const ModelConfig& c = config_;
   const Buffers& b = *buf_;
   const int64_t T = plan.tokens;
   const int64_t qkv_w = c.q_dim() + 2 * c.kv_dim();
-  EmbeddingForward(
-      {embedding_.get<__nv_bfloat16>(), b.dev(b.ids), b.x.get<float>(), T, c.hidden_size}, stream_);
   auto* h = b.h.get<__nv_bfloat16>();
   auto* qkv = b.qkv.get<__nv_bfloat16>();
   auto* gu = b.gu.get<__nv_bfloat16>();
-  for (int l = 0; l < c.num_layers; ++l) {
-    const Layer& L = layers_[l];
-    const KvCacheLayer cache = kv_->layer(l);
-    RmsNormForward({b.x.get<float>(), nullptr, nullptr, nullptr, L.attn_norm.get<float>(), h, T,
-                    c.hidden_size, c.rms_norm_eps},
-                   stream_);
-    // Fused: one [T, q|k|v] output. Separate: q, k, v each dense, one after another.
-    const bool fused = L.qkv.size() == 1;
-    __nv_bfloat16* q = qkv;
-    __nv_bfloat16* k = fused ? qkv + c.q_dim() : qkv + T * c.q_dim();
-    __nv_bfloat16* v = fused ? k + c.kv_dim() : k + T * c.kv_dim();
-    __nv_bfloat16* outs[3] = {q, k, v};
-    for (size_t i = 0; i < L.qkv.size(); ++i) {
-      LinearForward(L.qkv[i], {h, T, outs[i], nullptr}, *linear_, stream_);
-    }
-    QkNormRopeArgs r;
-    r.q = q;
-    r.k = k;
-    r.v = v;
-    r.q_stride = fused ? qkv_w : c.q_dim();
-    r.k_stride = r.v_stride = fused ? qkv_w : c.kv_dim();
-    r.q_norm_weight = c.qk_norm ? L.q_norm.get<float>() : nullptr;
-    r.k_norm_weight = c.qk_norm ? L.k_norm.get<float>() : nullptr;
-    r.positions = b.dev(b.positions);
-    r.inv_freq = inv_freq_.get<float>();
-    r.slot_mapping = b.dev(b.slots);
-    r.tokens = T;
-    r.num_heads = c.num_heads;
-    r.num_kv_heads = c.num_kv_heads;
-    r.head_dim = c.head_dim;
-    r.eps = c.rms_norm_eps;
-    r.style = c.rope_style;
-    QkNormRopeForward(r, cache, stream_);
-    if (hooks && hooks->on_layer_kv_written) hooks->on_layer_kv_written(l);
-    auto* attn = b.attn.get<__nv_bfloat16>();
-    if (plan.decode) {
-      DecodeAttentionArgs a;
-      a.q = q;
-      a.q_stride = r.q_stride;
-      a.out = attn;
-      a.block_tables = b.dev(b.tables);
-      a.max_blocks_per_seq = b.max_blocks;
-      a.context_lens = b.dev(b.ctx);
-      a.num_seqs = plan.seqs;
-      a.num_heads = c.num_heads;
-      a.max_context = c.max_context;
-      a.workspace = b.decode_ws.get();
-      a.workspace_bytes = b.decode_ws.bytes();
-      DecodeAttentionForward(a, cache, stream_);
-    } else {
-      PrefillAttentionArgs a;
-      a.q = q;
-      a.q_stride = r.q_stride;
-      a.out = attn;
-      a.cu_seqlens = b.dev(b.cu_seqlens);
-      a.prefix_lens = b.dev(b.prefix);
-      a.block_tables = b.dev(b.tables);
-      a.max_blocks_per_seq = b.max_blocks;
-      a.num_seqs = plan.seqs;
-      a.num_heads = c.num_heads;
-      a.max_q_len = plan.max_q_len;
-      PrefillAttentionForward(a, cache, stream_);
-    }
-    LinearForward(L.o, {attn, T, nullptr, b.x.get<float>()}, *linear_, stream_);
-    RmsNormForward({b.x.get<float>(), nullptr, nullptr, nullptr, L.ffn_norm.get<float>(), h, T,
-                    c.hidden_size, c.rms_norm_eps},
-                   stream_);
-    const bool gu_fused = L.gate_up.size() == 1;
-    const int64_t I = c.intermediate_size;
-    __nv_bfloat16* gate = gu;
-    __nv_bfloat16* up = gu_fused ? gu + I : gu + T * I;
-    __nv_bfloat16* gu_outs[2] = {gate, up};
-    for (size_t i = 0; i < L.gate_up.size(); ++i) {
-      LinearForward(L.gate_up[i], {h, T, gu_outs[i], nullptr}, *linear_, stream_);
-    }
-    SwiGluForward({gate, up, gu_fused ? 2 * I : I, h, T, static_cast<int>(I)}, stream_);
-    LinearForward(L.down, {h, T, nullptr, b.x.get<float>()}, *linear_, stream_);
+  const KvCacheLayer cache = kv_->layer(l);
+  RmsNormForward({b.x.get<float>(), nullptr, nullptr, nullptr, L.attn_norm.get<float>(), h, T,
+                  c.hidden_size, c.rms_norm_eps},
+                 stream_);
+  // Fused: one [T, q|k|v] output. Separate: q, k, v each dense, one after another.
+  const bool fused = L.qkv.size() == 1;
+  __nv_bfloat16* q = qkv;
+  __nv_bfloat16* k = fused ? qkv + c.q_dim() : qkv + T * c.q_dim();
+  __nv_bfloat16* v = fused ? k + c.kv_dim() : k + T * c.kv_dim();
+  __nv_bfloat16* outs[3] = {q, k, v};
+  for (size_t i = 0; i < L.qkv.size(); ++i) {
+    LinearForward(L.qkv[i], {h, T, outs[i], nullptr}, *linear_, stream_);
   }
+  QkNormRopeArgs r;
+  r.q = q;
+  r.k = k;
+  r.v = v;
+  r.q_stride = fused ? qkv_w : c.q_dim();
+  r.k_stride = r.v_stride = fused ? qkv_w : c.kv_dim();
+  r.q_norm_weight = c.qk_norm ? L.q_norm.get<float>() : nullptr;
+  r.k_norm_weight = c.qk_norm ? L.k_norm.get<float>() : nullptr;
+  r.positions = b.dev(b.positions);
+  r.inv_freq = inv_freq_.get<float>();
+  r.slot_mapping = b.dev(b.slots);
+  r.tokens = T;
+  r.num_heads = c.num_heads;
+  r.num_kv_heads = c.num_kv_heads;
+  r.head_dim = c.head_dim;
+  r.eps = c.rms_norm_eps;
+  r.style = c.rope_style;
+  QkNormRopeForward(r, cache, stream_);
+  if (hooks && hooks->on_layer_kv_written) hooks->on_layer_kv_written(l);
+  auto* attn = b.attn.get<__nv_bfloat16>();
+  if (plan.decode) {
+    DecodeAttentionArgs a;
+    a.q = q;
+    a.q_stride = r.q_stride;
+    a.out = attn;
+    a.block_tables = b.dev(b.tables);
+    a.max_blocks_per_seq = b.max_blocks;
+    a.context_lens = b.dev(b.ctx);
+    a.num_seqs = plan.seqs;
+    a.num_heads = c.num_heads;
+    a.max_context = c.max_context;
+    a.workspace = b.decode_ws.get();
+    a.workspace_bytes = b.decode_ws.bytes();
+    DecodeAttentionForward(a, cache, stream_);
+  } else {
+    PrefillAttentionArgs a;
+    a.q = q;
+    a.q_stride = r.q_stride;
+    a.out = attn;
+    a.cu_seqlens = b.dev(b.cu_seqlens);
+    a.prefix_lens = b.dev(b.prefix);
+    a.block_tables = b.dev(b.tables);
+    a.max_blocks_per_seq = b.max_blocks;
+    a.num_seqs = plan.seqs;
+    a.num_heads = c.num_heads;
+    a.max_q_len = plan.max_q_len;
+    PrefillAttentionForward(a, cache, stream_);
+  }
+  LinearForward(L.o, {attn, T, nullptr, b.x.get<float>()}, *linear_, stream_);
+  RmsNormForward({b.x.get<float>(), nullptr, nullptr, nullptr, L.ffn_norm.get<float>(), h, T,
+                  c.hidden_size, c.rms_norm_eps},
+                 stream_);
+  const bool gu_fused = L.gate_up.size() == 1;
+  const int64_t I = c.intermediate_size;
+  __nv_bfloat16* gate = gu;
+  __nv_bfloat16* up = gu_fused ? gu + I : gu + T * I;
+  __nv_bfloat16* gu_outs[2] = {gate, up};
+  for (size_t i = 0; i < L.gate_up.size(); ++i) {
+    LinearForward(L.gate_up[i], {h, T, gu_outs[i], nullptr}, *linear_, stream_);
+  }
+  SwiGluForward({gate, up, gu_fused ? 2 * I : I, h, T, static_cast<int>(I)}, stream_);
+  LinearForward(L.down, {h, T, nullptr, b.x.get<float>()}, *linear_, stream_);
 }
 
 void CudaDecoderModel::EnqueueLogits(const Plan& plan, float* host_out) const {
@@ -260,7 +284,8 @@ void CudaDecoderModel::RunDecodeGraph(const Plan& plan) const {
     // which the host refreshes before each launch.
     cudaGraph_t g;
     CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    EnqueueLayers(plan, nullptr);
+    // Resident layers only (Create turns graphs off for a streamed model): cannot fail.
+    if (!EnqueueLayers(plan, nullptr).ok()) std::abort();
     EnqueueLogits(plan, nullptr);
     CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
     cudaGraphExec_t exec;

@@ -29,6 +29,14 @@ struct CudaDecoderModel::Plan {
 
 // Device scratch, sized once for the largest pass; fixed addresses so graphs can replay.
 struct CudaDecoderModel::Buffers {
+  Buffers() = default;
+  Buffers(const Buffers&) = delete;
+  Buffers& operator=(const Buffers&) = delete;
+  ~Buffers() {
+    if (host_meta) cudaFreeHost(host_meta);
+    if (host_logits) cudaFreeHost(host_logits);
+  }
+
   int64_t cap_tokens = 0, cap_seqs = 0, cap_rows = 0;
   int max_blocks = 0;
   // Offsets (in int32s) of each array inside `meta`.

@@ -74,7 +74,7 @@ absl::Status CudaDecoderModel::ForwardSample(const Batch& batch, KvBlockPool& po
     }
   }
   DQ_RETURN_IF_ERROR(CheckSampling(per_item));
-  std::lock_guard lock(mu_);
+  std::lock_guard lock(*mu_);
   Plan plan;
   DQ_RETURN_IF_ERROR(Prepare(batch, pool, &plan));
   if (sampling_ == nullptr) sampling_ = std::make_unique<SamplingBuffers>(buf_->cap_seqs);
@@ -84,7 +84,7 @@ absl::Status CudaDecoderModel::ForwardSample(const Batch& batch, KvBlockPool& po
     return absl::InternalError(absl::StrCat("ForwardSample: ", plan.num_logit_rows,
                                             " logits rows exceed the buffers' ", buf_->cap_rows));
   }
-  Launch(plan, hooks, /*host_out=*/nullptr);
+  DQ_RETURN_IF_ERROR(Launch(plan, hooks, /*host_out=*/nullptr).status());
   EnqueueSampling(per_item);
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   TakeSampledIds(out_tokens);

@@ -1,4 +1,5 @@
-// Owning device memory: one cudaMalloc, freed on destruction. Move-only.
+// Owning device memory: one cudaMalloc, freed on destruction. Move-only. View() wraps memory
+// owned elsewhere (a slot of streamed weights, another model's buffer) and frees nothing.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,18 +21,30 @@ class DeviceBuffer {
     if (bytes_ > 0) CUDA_CHECK(cudaMalloc(&ptr_, bytes_));
   }
   DeviceBuffer(DeviceBuffer&& o) noexcept
-      : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+      : ptr_(std::exchange(o.ptr_, nullptr)),
+        bytes_(std::exchange(o.bytes_, 0)),
+        owned_(std::exchange(o.owned_, true)) {}
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
     if (this != &o) {
       Free();
       ptr_ = std::exchange(o.ptr_, nullptr);
       bytes_ = std::exchange(o.bytes_, 0);
+      owned_ = std::exchange(o.owned_, true);
     }
     return *this;
   }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   ~DeviceBuffer() { Free(); }
+
+  // `bytes` at `ptr`, owned by someone else who keeps them alive longer than the view.
+  static DeviceBuffer View(void* ptr, size_t bytes) {
+    DeviceBuffer b;
+    b.ptr_ = ptr;
+    b.bytes_ = bytes;
+    b.owned_ = false;
+    return b;
+  }
 
   // A buffer holding a copy of `host` (synchronous upload).
   template <typename T>
@@ -65,12 +78,14 @@ class DeviceBuffer {
 
  private:
   void Free() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
+    if (ptr_ != nullptr && owned_) cudaFree(ptr_);
     ptr_ = nullptr;
     bytes_ = 0;
+    owned_ = true;
   }
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
+  bool owned_ = true;
 };
 
 }  // namespace dq::cuda

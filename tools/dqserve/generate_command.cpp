@@ -12,6 +12,7 @@
 #include "engine/spec/draft_model.h"
 #include "engine/spec/self_drafter.h"
 #include "engine/spec/spec_config.h"
+#include "tools/dqserve/odp_flags.h"
 #ifdef DQ_HAVE_CUDA
 #include "engine/cuda/cuda_model.h"
 #endif
@@ -35,6 +36,7 @@ struct GenerateOptions {
   SpecConfig spec;
   bool spec_fixed_k = false;
   DraftModelOptions draft;  // --speculative self: the drafter's weights
+  OdpFlags odp;
 };
 
 // Checks the speculation flags before any model is loaded (exit code 2 on a bad one).
@@ -176,7 +178,14 @@ absl::Status RunGenerate(const GenerateOptions& o) {
   DQ_ASSIGN_OR_RETURN(ComputeMode decode_mode, ParseComputeMode(o.decode_compute));
   ModelRunnerOptions ro;
   ro.threads = o.threads;
-  if (o.device == "cuda") {
+  if (o.odp.enabled) {
+    if (o.device != "cuda" || !prefill_model) {
+      return absl::InvalidArgumentError(
+          "--odp streams --prefill-weights (a checkpoint of its own) on --device cuda");
+    }
+    DQ_ASSIGN_OR_RETURN(ro.backend,
+                        OdpBackend(o.odp, pm.config, dm.config, pm.tokenizer, dm.tokenizer));
+  } else if (o.device == "cuda") {
 #ifdef DQ_HAVE_CUDA
     ro.backend = cuda::CudaBackendFactory();
 #else
@@ -245,6 +254,7 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
                   "self drafter with --draft-format intN: group size 32, 64 or 128");
   cmd->add_option("--spec-k", o->spec.k, "tokens drafted per step (at most, when adaptive), 1..16");
   cmd->add_flag("--spec-fixed-k", o->spec_fixed_k, "always draft --spec-k tokens (no adaptation)");
+  AddOdpFlags(cmd, &o->odp);
   cmd->callback([o, exit_code] {
     if (const absl::Status bad = CheckSpecFlags(*o); !bad.ok()) {
       std::fprintf(stderr, "error: %s\n", std::string(bad.message()).c_str());

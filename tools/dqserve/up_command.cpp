@@ -164,6 +164,14 @@ int RunUp(const UpOptions& o) {
     std::fprintf(stderr, "dqserve up: %s\n", std::string(c.status().message()).c_str());
     return 2;
   }
+  if (c->odp.enabled) {
+    // The config is checked (deploy_config.h), but dq-prefill has no ODP backend option yet
+    // (docs/odp.md, "Serving"): refuse rather than serve without it.
+    std::fprintf(stderr,
+                 "dqserve up: odp = true is not served by the worker processes yet; run ODP in "
+                 "one process with `dqserve generate --device cuda --odp` (docs/odp.md)\n");
+    return 2;
+  }
   // Signals are taken synchronously (sigtimedwait), so block them before any thread starts.
   sigset_t signals;
   sigemptyset(&signals);
