@@ -28,9 +28,9 @@ constexpr double kFp8Flops = 1.40e15;
 
 struct Options {
   std::vector<int> lengths = {128, 1024, 4096, 8192, 16384, 32768};
-  std::vector<std::string> configs = {"wo-int2",        "wo-int4",      "odp-nvfp4-disk",
-                                      "odp-nvfp4-host", "odp-fp8-disk", "odp-fp8-host",
-                                      "resident-fp8"};
+  std::vector<std::string> configs = {
+      "wo-int2",      "wo-int4",      "odp-nvfp4-disk",      "odp-nvfp4-host",
+      "odp-fp8-disk", "odp-fp8-host", "odp-fp8-host-policy", "resident-fp8"};
   std::string image_dir = "/tmp";
   int slots = 2;
   int repeats = 3;
@@ -44,6 +44,9 @@ struct Config {
   std::string resident;  // format of the resident weights (decode, or fp8 for the reference)
   std::string streamed;  // "" or the prefill format streamed
   cuda::WeightSource source = cuda::WeightSource::kFile;
+  // The crossover calibrated at start-up and every pass routed by it (OdpForwardModel), so the
+  // run shows which path the policy picks at each length; else every pass streams.
+  bool policy = false;
 };
 
 absl::StatusOr<Config> ParseConfig(const std::string& n) {
@@ -51,9 +54,14 @@ absl::StatusOr<Config> ParseConfig(const std::string& n) {
   if (n == "wo-int4") return Config{n, "int4", ""};
   if (n == "resident-fp8") return Config{n, "fp8", ""};
   for (const char* f : {"nvfp4", "fp8"}) {
-    if (n == absl::StrCat("odp-", f, "-disk")) return Config{n, "int2", f};
-    if (n == absl::StrCat("odp-", f, "-host")) {
-      return Config{n, "int2", f, cuda::WeightSource::kPinnedHost};
+    for (bool policy : {false, true}) {
+      const std::string tail = policy ? "-policy" : "";
+      if (n == absl::StrCat("odp-", f, "-disk", tail)) {
+        return Config{n, "int2", f, cuda::WeightSource::kFile, policy};
+      }
+      if (n == absl::StrCat("odp-", f, "-host", tail)) {
+        return Config{n, "int2", f, cuda::WeightSource::kPinnedHost, policy};
+      }
     }
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown configuration ", n));
@@ -111,6 +119,7 @@ struct Built {
   const ForwardModel* prefill = nullptr;  // what a long prompt runs on
   const cuda::CudaDecoderModel* streamed = nullptr;
   const cuda::CudaDecoderModel* resident = nullptr;
+  const OdpForwardModel* router = nullptr;  // ODP configurations
   std::string image_path;
 };
 
@@ -136,11 +145,13 @@ absl::StatusOr<Built> Build(const ModelConfig& c, const Config& cfg, const KvCac
   odp.stream.source = cfg.source;
   b.image_path = absl::StrCat(o.image_dir, "/dq-odp-bench-", cfg.name, ".img");
   odp.stream.image_path = b.image_path;
-  odp.crossover_tokens = 1;  // every timed pass streams; the crossover is read off the curves
+  // Without the policy every timed pass streams and the crossover is read off the curves.
+  odp.crossover_tokens = cfg.policy ? 0 : 1;
   DQ_ASSIGN_OR_RETURN(b.models,
                       cuda::OdpBackendFactory(co, odp)(*b.streamed_cpu, *b.resident_cpu, kv));
   const auto& router = static_cast<const OdpForwardModel&>(*b.models.prefill);
-  b.prefill = &router.streamed();
+  b.router = &router;
+  b.prefill = cfg.policy ? static_cast<const ForwardModel*>(&router) : &router.streamed();
   b.streamed = static_cast<const cuda::CudaDecoderModel*>(&router.streamed());
   b.resident = static_cast<const cuda::CudaDecoderModel*>(b.models.decode.get());
   // The device models keep nothing of the CPU weights (the streamer holds the image).
@@ -212,19 +223,29 @@ absl::StatusOr<nlohmann::json> RunConfig(const ModelConfig& c, const Config& cfg
     r["stream_slot_bytes"] = b.streamed->stats().stream_slot_bytes;
     r["slots"] = o.slots;
     r["shared_embedding_lm_head_bytes"] = b.streamed->stats().shared_weight_bytes;
+    if (cfg.policy) {
+      const int64_t x = b.router->crossover_tokens();
+      r["calibrated_crossover_tokens"] = x == kOdpNeverStream ? -1 : x;
+    }
   }
   std::vector<bool> modes = {false};
   if (b.streamed && cfg.source == cuda::WeightSource::kFile) modes = {true, false};
   for (bool cold : modes) {
     for (int len : o.lengths) {
+      const int64_t streamed_before = b.router ? b.router->streamed_passes() : 0;
       DQ_ASSIGN_OR_RETURN(double s, Ttft(x, b, cold, len, o.repeats));
-      const double flop = FlopFloor(c, cfg, len);
-      const double stream = StreamFloor(cfg, cold, image, l);
+      const bool streamed = b.router && b.router->streamed_passes() > streamed_before;
+      // A pass the policy kept on the resident weights has the weight-only floor.
+      Config ran = cfg;
+      if (cfg.policy && !streamed) ran.streamed.clear();
+      const double flop = FlopFloor(c, ran, len);
+      const double stream = StreamFloor(ran, cold, image, l);
       nlohmann::json e = {{"tokens", len},
                           {"ttft_ms", 1e3 * s},
                           {"floor_ms", 1e3 * std::max(flop, stream)},
                           {"flop_floor_ms", 1e3 * flop},
                           {"stream_floor_ms", 1e3 * stream}};
+      if (cfg.policy) e["path"] = streamed ? "streamed" : "resident";
       std::fprintf(stderr, "  %s %6d tokens: %8.1f ms (floor %.1f: flops %.1f, stream %.1f)\n",
                    cold ? "cold" : (b.streamed ? "warm" : "    "), len, 1e3 * s,
                    1e3 * std::max(flop, stream), 1e3 * flop, 1e3 * stream);
@@ -253,6 +274,28 @@ nlohmann::json Summary(const nlohmann::json& runs, const Options& o) {
   }
   if (base == nullptr) return out;
   for (const auto& r : runs) {
+    if (r.contains("calibrated_crossover_tokens")) {
+      // The policy's pick at each length against both fixed paths measured in other runs.
+      nlohmann::json check = {{"config", r["config"]},
+                              {"calibrated_crossover_tokens", r["calibrated_crossover_tokens"]}};
+      const std::string fixed = r["config"].get<std::string>().substr(
+          0, r["config"].get<std::string>().size() - std::string("-policy").size());
+      for (const auto& other : runs) {
+        if (other.value("config", "") != fixed) continue;
+        for (const auto& e : r["ttft"]) {
+          const int len = e["tokens"].get<int>();
+          const double res = MsAt(*base, len), str = MsAt(other, len);
+          check["lengths"].push_back({{"tokens", len},
+                                      {"path", e["path"]},
+                                      {"policy_ms", e["ttft_ms"]},
+                                      {"resident_wo_int2_ms", res},
+                                      {"streamed_ms", str},
+                                      {"faster_path", str < res ? "streamed" : "resident"}});
+        }
+      }
+      out.push_back(check);
+      continue;
+    }
     if (!r.contains("streamed_weights")) continue;
     for (const char* key : {"ttft_cold", "ttft"}) {
       if (!r.contains(key)) continue;
@@ -305,10 +348,24 @@ void WriteMarkdown(const nlohmann::json& out, const Options& o, const std::strin
   md << "\n## ODP vs weight-only int2 prefill\n\n| config | page cache | speedup at 8K | "
      << "device memory ratio | crossover (tokens) |\n|---|---|---|---|---|\n";
   for (const auto& s : out["summary"]) {
+    if (!s.contains("page_cache")) continue;  // a policy check, below
     md << "| " << s["config"].get<std::string>() << " | " << s["page_cache"].get<std::string>()
        << absl::StrFormat(" | %.2fx | %.3f | %.0f |\n", s["speedup_vs_wo_int2_at_8k"].get<double>(),
                           s["device_bytes_vs_wo_int2"].get<double>(),
                           s["crossover_tokens_vs_wo_int2"].get<double>());
+  }
+  for (const auto& s : out["summary"]) {
+    if (!s.contains("lengths")) continue;
+    md << "\n## Policy: " << s["config"].get<std::string>() << " (calibrated crossover "
+       << s["calibrated_crossover_tokens"].dump() << " tokens)\n\n"
+       << "| tokens | path taken | ms | resident int2 ms | streamed ms | faster path |\n"
+       << "|---|---|---|---|---|---|\n";
+    for (const auto& e : s["lengths"]) {
+      md << "| " << e["tokens"].get<int>() << " | " << e["path"].get<std::string>()
+         << absl::StrFormat(" | %.1f | %.1f | %.1f | ", e["policy_ms"].get<double>(),
+                            e["resident_wo_int2_ms"].get<double>(), e["streamed_ms"].get<double>())
+         << e["faster_path"].get<std::string>() << " |\n";
+    }
   }
 }
 
