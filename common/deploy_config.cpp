@@ -113,7 +113,7 @@ absl::Status CheckOdp(const DeployConfig& c, const DeviceSpec& prefill, const De
   if (c.prefill.weights.empty()) {
     return absl::InvalidArgumentError(
         "odp streams a prefill checkpoint of its own: set [prefill] weights (e.g. an fp8 or "
-        "nvfp4 checkpoint from `dq-tool quantize`)");
+        "nvfp4 checkpoint written by dq-quantize)");
   }
   if (!prefill.cuda || !decode.cuda || prefill.index != decode.index) {
     return absl::InvalidArgumentError(absl::StrCat(

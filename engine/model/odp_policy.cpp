@@ -136,7 +136,7 @@ absl::Status CheckOdpTokenizers(const Tokenizer& p, const Tokenizer& d) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the ODP prefill checkpoint's tokenizer differs from the decode model's (", what,
         "): token ids would mean different text in the two phases; use a prefill checkpoint "
-        "quantized from the same model (dq-tool quantize copies its tokenizer)"));
+        "quantized from the same model (dq-quantize writes the tokenizer with it)"));
   };
   if (p.vocab_size() != d.vocab_size()) {
     return differ(absl::StrCat(p.vocab_size(), " vs ", d.vocab_size(), " tokens"));
