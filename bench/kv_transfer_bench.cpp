@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -219,6 +220,7 @@ struct Receiver {
 };
 
 Receiver SpawnReceiver(const Options& o, const std::vector<std::string>& flags) {
+  signal(SIGPIPE, SIG_IGN);  // a dead receiver shows as a failed read, not a silent exit
   int to[2], from[2];
   if (pipe2(to, O_CLOEXEC) != 0 || pipe2(from, O_CLOEXEC) != 0) std::exit(1);
   Receiver r;

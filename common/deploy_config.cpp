@@ -136,9 +136,10 @@ absl::Status CheckValues(const DeployConfig& c) {
     return absl::InvalidArgumentError(
         "\"model\" is required: a .gguf file or a HF checkpoint folder");
   }
-  if (c.transfer.backend != "tcp" && c.transfer.backend != "ucx") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "[transfer] backend must be \"tcp\" or \"ucx\", got \"", c.transfer.backend, "\""));
+  if (c.transfer.backend != "tcp" && c.transfer.backend != "ucx" && c.transfer.backend != "nccl") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("[transfer] backend must be \"tcp\", \"ucx\" or \"nccl\", got \"",
+                     c.transfer.backend, "\""));
   }
   for (int port : {c.router.port, c.router.grpc_port, c.prefill.port, c.decode.port}) {
     if (port > 65535)
@@ -163,6 +164,21 @@ absl::Status CheckValues(const DeployConfig& c) {
         "[prefill] device = \"", c.prefill.device, "\" and [decode] device = \"", c.decode.device,
         "\": the CPU keeps KV in f32 and CUDA in bf16, so both workers must be on the CPU or "
         "both on GPUs"));
+  }
+  if (c.transfer.backend == "nccl" && !devices[0]->cuda) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[transfer] backend = \"nccl\" moves KV between GPUs, but the workers run on the CPU "
+        "([prefill] device = \"",
+        c.prefill.device,
+        "\"); set [prefill] and [decode] device to "
+        "two GPUs (e.g. \"cuda:0\" and \"cuda:1\") or use backend = \"tcp\""));
+  }
+  if (c.transfer.backend == "nccl" && devices[0]->index == devices[1]->index) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[transfer] backend = \"nccl\" needs the workers on two different GPUs (both are on \"",
+        c.prefill.device,
+        "\"); NCCL cannot connect a GPU to itself: use e.g. \"cuda:0\" and "
+        "\"cuda:1\", or backend = \"tcp\""));
   }
   return CheckOdp(c, *devices[0], *devices[1]);
 }

@@ -4,7 +4,7 @@
 //   model = "../models/SmolLM2-135M-Instruct.Q4_1.gguf"   # relative paths: to the file's folder
 //   [router]   host, port, grpc_port, api_key_env, max_in_flight, max_queue, queue_timeout_ms,
 //              request_timeout_ms, max_body_bytes
-//   [transfer] backend ("tcp" | "ucx"), io_timeout_ms
+//   [transfer] backend ("tcp" | "ucx" | "nccl": GPU to GPU, both workers on GPUs), io_timeout_ms
 //   [prefill]  weights, compute, device, threads, token_budget, kv_capacity, port
 //   [decode]   weights, compute, device, threads, max_batch, kv_capacity, lease_ttl_ms, port
 //   odp = true, or an [odp] table: crossover_tokens, slots, source ("disk" | "host"), image_dir
@@ -36,7 +36,7 @@ struct RouterConfig {
 };
 
 struct TransferConfig {
-  std::string backend = "tcp";  // "tcp" or "ucx"
+  std::string backend = "tcp";  // "tcp", "ucx" or "nccl" (both workers on different GPUs)
   int io_timeout_ms = 10000;
 };
 

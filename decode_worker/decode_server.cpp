@@ -21,27 +21,35 @@ absl::StatusOr<std::unique_ptr<DecodeServer>> DecodeServer::Start(
 }
 
 absl::Status DecodeServer::Init(const DecodeServerOptions& o) {
-  if (o.transport != "tcp" && o.transport != "ucx") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--transport must be tcp or ucx (the decode worker's KV receive side), got ", o.transport));
+  if (o.transport != "tcp" && o.transport != "ucx" && o.transport != "nccl") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--transport must be tcp, ucx or nccl (the decode worker's KV receive side), "
+                     "got ",
+                     o.transport));
+  }
+  if (model_.kv_staging == nullptr) {
+    return absl::InternalError("the decode model has no KV staging (load it with LoadPhaseModel)");
+  }
+  if (o.transport == "nccl" && model_.kv_staging->cuda_device() < 0) {
+    return absl::FailedPreconditionError(
+        "--transport nccl moves KV between GPUs, but this decode worker keeps its KV on the CPU "
+        "(--device cpu): run it with --device cuda:N or use --transport tcp");
   }
   kvtransfer::TransportConfig tc;
   tc.kind = o.transport;
   tc.bind_address = o.transfer_host;
+  tc.cuda_device = model_.kv_staging->cuda_device();  // nccl: the cache's GPU
   DQ_ASSIGN_OR_RETURN(transport_, kvtransfer::CreateTransport(tc));
-  if (model_.kv_staging == nullptr) {
-    return absl::InternalError("the decode model has no KV staging (load it with LoadPhaseModel)");
-  }
   KvBlockPool& pool = model_.runner->kv_pool();
   leases_ = std::make_unique<KvLeaseTable>(pool);
-  regions_ = std::make_unique<LeaseRegions>(*transport_, *model_.kv_staging);
+  regions_ = std::make_unique<LeaseRegions>(*transport_, *model_.kv_staging, o.direct_for_tests);
   // Regions go before blocks: a lease's late writes are refused instead of landing in blocks
   // that another request owns by then.
   leases_->set_free_hook([r = regions_.get()](const KvLease& l) { r->Release(l.lease_id); });
   DecodeBatcherOptions bo;
   bo.max_batch = o.max_batch;
   bo.eos_token_ids = model_.model->config.eos_token_ids;
-  if (model_.kv_staging->staged()) {
+  if (model_.kv_staging->staged() && !regions_->direct()) {
     // The KV arrives in each lease's staging buffer; it enters the cache at commit.
     bo.land_kv = [r = regions_.get()](const std::string& lease_id) { return r->Land(lease_id); };
   }

@@ -24,11 +24,14 @@ namespace dq::decode {
 struct DecodeServerOptions {
   std::string host = "127.0.0.1";  // loopback unless told otherwise
   int port = 0;                    // 0: any free port (tests)
-  std::string transport = "tcp";   // the one kvtransfer backend this worker runs: tcp or ucx
+  std::string transport = "tcp";   // the one kvtransfer backend this worker runs: tcp, ucx, nccl
   std::string transfer_host = "127.0.0.1";
   int max_batch = 4;
   int lease_ttl_ms = 120000;
   int reap_interval_ms = 100;  // how often expired leases are reclaimed
+  // Tests: lease regions are the "device" cache's blocks although the transport moves host
+  // memory (LeaseRegions' direct_for_tests).
+  bool direct_for_tests = false;
 };
 
 class DecodeServer {

@@ -28,7 +28,16 @@ absl::StatusOr<v1::KvEndpoint> LeaseRegions::Register(const KvLease& lease, int 
   const LeaseStagingPlan plan = PlanLeaseStaging(runs, cache);
   Entry entry;
   char* base[2] = {staging_.host_tensor(worker::kKeys), staging_.host_tensor(worker::kValues)};
-  if (staging_.staged()) {
+  if (direct_) {
+    base[worker::kKeys] = staging_.device_tensor(worker::kKeys);
+    base[worker::kValues] = staging_.device_tensor(worker::kValues);
+    if (base[worker::kKeys] == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the ", std::string(transport_.name()),
+          " KV transport writes GPU memory, but this decode worker keeps its KV on the CPU; run "
+          "it with --device cuda:N or use --transport tcp"));
+    }
+  } else if (staging_.staged()) {
     auto buffer = staging_.AllocateHost(plan.host_bytes);
     if (!buffer.ok()) {
       return absl::Status(
@@ -42,7 +51,7 @@ absl::StatusOr<v1::KvEndpoint> LeaseRegions::Register(const KvLease& lease, int 
   endpoint.set_transport(std::string(transport_.name()));
   endpoint.set_address(transport_.address());
   for (const StagedRegion& s : plan.regions) {
-    // In place: the cache's own blocks; staged: the lease's buffer.
+    // In place or direct: the cache's own blocks; staged: the lease's buffer.
     char* at = entry.staging ? entry.staging->data() + s.host_offset
                              : base[s.tensor] + cache.offset(s.layer, s.run.start);
     auto handle = transport_.RegisterRegion(at, s.bytes);

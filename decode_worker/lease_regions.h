@@ -5,9 +5,11 @@
 // its blocks return to the pool, so a late write from a slow or dead prefill worker is refused
 // (tcp, local) instead of landing in blocks another request already owns.
 //
-// Where the regions are depends on the KV cache (worker::KvStaging): in the pool itself when it
-// is host memory (CPU), else in a staging buffer of the lease's own (page-locked on CUDA; plan in
-// lease_staging.h), which Land() copies into the lease's blocks once the lease is committed.
+// Where the regions are depends on the KV cache (worker::KvStaging) and the transport: in the
+// pool itself when it is host memory (CPU); in the device cache's blocks themselves when the
+// transport moves device memory (nccl: "direct", no staging buffer, nothing to land); else in a
+// staging buffer of the lease's own (page-locked on CUDA; plan in lease_staging.h), which Land()
+// copies into the lease's blocks once the lease is committed.
 #pragma once
 
 #include <map>
@@ -27,9 +29,13 @@ namespace dq::decode {
 // Thread-safe.
 class LeaseRegions {
  public:
-  // Both must outlive this object.
-  LeaseRegions(kvtransfer::Transport& transport, worker::KvStaging& staging)
-      : transport_(transport), staging_(staging) {}
+  // Both must outlive this object. `direct_for_tests`: register the staging's device_tensor()
+  // although the transport reports host memory (the CPU pool standing in for a GPU cache).
+  LeaseRegions(kvtransfer::Transport& transport, worker::KvStaging& staging,
+               bool direct_for_tests = false)
+      : transport_(transport),
+        staging_(staging),
+        direct_(transport.supports_device_memory() || direct_for_tests) {}
   ~LeaseRegions();
   LeaseRegions(const LeaseRegions&) = delete;
   LeaseRegions& operator=(const LeaseRegions&) = delete;
@@ -52,6 +58,8 @@ class LeaseRegions {
 
   // Regions registered now, over all leases (tests, diagnostics).
   int num_regions() const;
+  // Whether the regions are the device cache's blocks (no staging, nothing to land).
+  bool direct() const { return direct_; }
 
  private:
   struct Entry {
@@ -63,6 +71,7 @@ class LeaseRegions {
 
   kvtransfer::Transport& transport_;
   worker::KvStaging& staging_;
+  const bool direct_;
   mutable std::mutex mu_;
   std::map<std::string, Entry> by_lease_;
 };

@@ -41,7 +41,7 @@ void AddFlags(CLI::App& app, Flags& f) {
       ->required()
       ->check(CLI::Range(1, 65535));
   app.add_option("--transport", f.server.transport, "the KV transport prefill workers write with")
-      ->check(CLI::IsMember({"tcp", "ucx"}));
+      ->check(CLI::IsMember({"tcp", "ucx", "nccl"}));
   app.add_option("--transfer-host", f.server.transfer_host,
                  "address the KV transport listens on and advertises");
   app.add_option("--max-batch", f.server.max_batch, "sequences per decode step")
@@ -105,8 +105,10 @@ int main(int argc, char** argv) {
   spdlog::info(
       "dq-decode: serving on {} (device {}, KV transport {}{}, max batch {}, {} KV blocks)",
       (*server)->address(), (*model)->device.name(), f.server.transport,
-      (*model)->kv_staging->staged() ? " through pinned host staging" : "", f.server.max_batch,
-      (*server)->leases().stats().total_blocks);
+      f.server.transport == "nccl"     ? " straight into device blocks"
+      : (*model)->kv_staging->staged() ? " through pinned host staging"
+                                       : "",
+      f.server.max_batch, (*server)->leases().stats().total_blocks);
   int sig = 0;
   sigwait(&signals, &sig);
   spdlog::info("dq-decode: {} received, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");

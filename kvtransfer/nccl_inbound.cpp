@@ -100,7 +100,14 @@ absl::Status NcclInbound::ServeLoop() {
     if (w == WaitResult::kWoken) return absl::CancelledError("the transport was shut down");
     if (w == WaitResult::kReady) {
       char buf[wire::TransferHeader::kSize];
-      DQ_RETURN_IF_ERROR(RecvAll(fd_.get(), buf, sizeof(buf), timeout_ms_, wake_.fd()));
+      absl::Status got = RecvAll(fd_.get(), buf, sizeof(buf), timeout_ms_, wake_.fd());
+      if (!got.ok() && in_flight_.empty()) {
+        // A sender that disconnects between transfers is normal (it shut down or reconnected).
+        SPDLOG_DEBUG("kvtransfer nccl: connection from {} closed: {}", peer_,
+                     std::string(got.message()));
+        return absl::CancelledError("the sender disconnected");
+      }
+      DQ_RETURN_IF_ERROR(got);
       DQ_ASSIGN_OR_RETURN(wire::TransferHeader header, wire::DecodeTransferHeader(buf));
       DQ_RETURN_IF_ERROR(Post(header));
     }

@@ -49,9 +49,9 @@ std::vector<worker::KvCopy> CopyOutPlan(int layer, std::span<const KvStager::Spa
 }
 
 absl::StatusOr<std::unique_ptr<KvStager>> KvStager::Create(worker::KvStaging& staging,
-                                                           int arena_blocks) {
+                                                           int arena_blocks, bool need_arena) {
   std::unique_ptr<KvStager> s(new KvStager(staging));
-  if (!staging.staged()) return s;
+  if (!staging.staged() || !need_arena) return s;
   if (arena_blocks < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("the KV staging arena needs at least one block (got ", arena_blocks, ")"));
@@ -70,30 +70,52 @@ absl::StatusOr<std::unique_ptr<KvStager>> KvStager::Create(worker::KvStaging& st
 
 KvStager::~KvStager() { staging_.Drain(); }
 
-KvSourceMemory KvStager::source() const {
-  if (!staged()) {
-    return {staging_.host_tensor(worker::kKeys), staging_.host_tensor(worker::kValues),
-            staging_.geometry().tensor_bytes()};
-  }
-  const uint64_t bytes = arena_geometry_.tensor_bytes();
-  return {arena_->data(), arena_->data() + bytes, bytes};
-}
+namespace {
 
-LocalKvGeometry KvStager::local_geometry() const {
-  const worker::KvGeometry& g = staged() ? arena_geometry_ : staging_.geometry();
+LocalKvGeometry LocalGeometryOf(const worker::KvGeometry& g) {
   return {g.num_layers, g.block_size, g.block_bytes, g.layer_stride_bytes()};
 }
 
+}  // namespace
+
+KvSourceMemory KvStager::host_source() const {
+  const worker::KvGeometry& cache = staging_.geometry();
+  if (!staging_.staged()) {
+    return {staging_.host_tensor(worker::kKeys), staging_.host_tensor(worker::kValues),
+            cache.tensor_bytes(), LocalGeometryOf(cache)};
+  }
+  if (!staged()) return {};
+  const uint64_t bytes = arena_geometry_.tensor_bytes();
+  return {arena_->data(), arena_->data() + bytes, bytes, LocalGeometryOf(arena_geometry_)};
+}
+
+KvSourceMemory KvStager::device_source() const {
+  const worker::KvGeometry& cache = staging_.geometry();
+  return {staging_.device_tensor(worker::kKeys), staging_.device_tensor(worker::kValues),
+          cache.tensor_bytes(), LocalGeometryOf(cache)};
+}
+
 void KvStager::Begin(std::vector<Span> spans) {
-  spans_ = std::move(spans);
   shipped_.assign(staging_.geometry().num_layers, false);
+  in_place_.clear();
+  direct_.clear();
+  spans_.clear();
   bases_.clear();
   slot_tables_.clear();
-  if (!staged()) return;
+  for (Span& s : spans) {
+    if (!staging_.staged()) {
+      in_place_.push_back(s);
+    } else if (s.writer != nullptr && s.writer->direct()) {
+      direct_.push_back(s);
+    } else {
+      spans_.push_back(s);
+    }
+  }
+  if (spans_.empty()) return;
   bases_ = ArenaBases(spans_);
-  const int blocks = spans_.empty() ? 0 : bases_.back() + spans_.back().last - spans_.back().first;
+  const int blocks = bases_.back() + spans_.back().last - spans_.back().first;
   if (blocks > max_blocks()) {
-    // The batcher keeps iterations within the arena; never write past it.
+    // The batcher keeps iterations within the arena; never write past it (or into no arena).
     for (const Span& s : spans_) {
       s.writer->Fail(absl::InternalError(absl::StrCat(
           "an iteration of ", blocks, " KV blocks exceeds the staging arena's ", max_blocks())));
@@ -110,10 +132,25 @@ void KvStager::Begin(std::vector<Span> spans) {
 void KvStager::LayerWritten(int layer) {
   if (layer < 0 || layer >= static_cast<int>(shipped_.size()) || shipped_[layer]) return;
   shipped_[layer] = true;
-  if (!staged()) {
-    for (const Span& s : spans_) s.writer->PostLayer(layer, s.first, s.last, s.cache_blocks);
-    return;
-  }
+  for (const Span& s : in_place_) s.writer->PostLayer(layer, s.first, s.last, s.cache_blocks);
+  if (!direct_.empty()) ShipDirect(layer);
+  if (!spans_.empty()) ShipStaged(layer);
+}
+
+void KvStager::ShipDirect(int layer) {
+  staging_.AfterWritten([this, layer](absl::Status s) {
+    for (const Span& span : direct_) {
+      if (!s.ok()) {
+        span.writer->Fail(absl::Status(
+            s.code(), absl::StrCat("waiting for layer ", layer, "'s KV: ", s.message())));
+      } else {
+        span.writer->PostLayer(layer, span.first, span.last, span.cache_blocks);
+      }
+    }
+  });
+}
+
+void KvStager::ShipStaged(int layer) {
   std::vector<worker::KvCopy> copies =
       CopyOutPlan(layer, spans_, bases_, staging_.geometry(), arena_geometry_);
   staging_.CopyOut(std::move(copies), arena_->data(), [this, layer](absl::Status s) {

@@ -2,7 +2,14 @@
 //
 // In place (CPU backend): the transports read the pool; each layer's fresh blocks are posted
 // from the per-layer hook, as the forward pass goes on.
-// Staged (a device cache, worker::KvStaging::staged()): a page-locked arena of `arena_blocks`
+// Direct (a device cache and a device-memory transport, nccl; KvSender::direct): the transport
+// reads the cache's blocks. The hook asks the staging to run the posts once the layer's compute
+// is done (KvStaging::AfterWritten: an event recorded on the compute stream, waited for on the
+// staging's thread), so the engine thread never blocks and the transport never reads a block
+// still being written. (The alternative, making the transport's stream wait on the event, would
+// need a stream in the Transport interface; the host wait costs microseconds per layer.)
+// Staged (a device cache, worker::KvStaging::staged(), for host-memory transports): a
+// page-locked arena of `arena_blocks`
 // blocks per layer and tensor, registered with the transports once. Each iteration's blocks get
 // consecutive arena slots (span after span); the hook copies the layer's blocks from the cache
 // into their slots behind the forward pass's queued work, and the layer is posted from the arena
@@ -35,17 +42,18 @@ class KvStager {
   };
 
   // `staging` must outlive the stager. `arena_blocks` (slots per layer and tensor) is used only
-  // when the staging is staged.
+  // when the staging is staged and `need_arena` (some transport reads host memory).
   static absl::StatusOr<std::unique_ptr<KvStager>> Create(worker::KvStaging& staging,
-                                                          int arena_blocks);
+                                                          int arena_blocks, bool need_arena = true);
   ~KvStager();
   KvStager(const KvStager&) = delete;
   KvStager& operator=(const KvStager&) = delete;
 
-  // The memory the transports register (the pool, or the arena).
-  KvSourceMemory source() const;
-  // The byte layout of that memory, for LeasePlan's local offsets.
-  LocalKvGeometry local_geometry() const;
+  // The host memory the host-memory transports register (the pool, or the arena; null keys when
+  // neither exists), with its byte layout for LeasePlan's local offsets.
+  KvSourceMemory host_source() const;
+  // The device cache for direct transports (null keys for a host cache).
+  KvSourceMemory device_source() const;
   bool staged() const { return arena_ != nullptr; }
   // Most blocks one iteration may write (the arena's slots); 0: no limit (in place).
   int max_blocks() const { return staged() ? static_cast<int>(arena_geometry_.num_blocks) : 0; }
@@ -63,14 +71,21 @@ class KvStager {
 
  private:
   KvStager(worker::KvStaging& staging) : staging_(staging) {}
+  // Posts `layer` of the direct spans once its compute is done.
+  void ShipDirect(int layer);
+  // Copies `layer` of the arena spans out, posting them once the copy is done.
+  void ShipStaged(int layer);
 
   worker::KvStaging& staging_;
   worker::KvGeometry arena_geometry_;
   std::unique_ptr<worker::HostBuffer> arena_;  // null: in place
-  // The iteration in progress.
-  std::vector<Span> spans_;
-  std::vector<int32_t> bases_;                     // each span's first arena slot
-  std::vector<std::vector<int32_t>> slot_tables_;  // each span's local blocks (arena slots)
+  // The iteration in progress: the spans read in place (CPU) or straight from the device
+  // cache (direct), and those shipped through the arena with their slots.
+  std::vector<Span> in_place_;
+  std::vector<Span> direct_;
+  std::vector<Span> spans_;                        // through the arena
+  std::vector<int32_t> bases_;                     // each arena span's first slot
+  std::vector<std::vector<int32_t>> slot_tables_;  // each arena span's local blocks (slots)
   std::vector<bool> shipped_;                      // by layer
 };
 

@@ -40,6 +40,8 @@ class LeaseWriter {
   void Fail(const absl::Status& s);
 
   const absl::Status& error() const { return error_; }
+  // Whether its transport reads the device cache itself (KvSender::direct).
+  bool direct() const { return sender_.direct; }
   uint64_t bytes_posted() const { return bytes_; }
   // From the first Post to the last transfer found done, in milliseconds.
   double transfer_ms() const;

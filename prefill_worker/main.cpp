@@ -34,7 +34,8 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--host", f.server.host, "address to serve gRPC on (loopback by default)")
       ->capture_default_str();
   app.add_option("--port", f.server.port, "gRPC port")->required()->check(CLI::Range(1, 65535));
-  app.add_option("--transports", f.transports, "KV transports, comma-separated: tcp, ucx, local")
+  app.add_option("--transports", f.transports,
+                 "KV transports, comma-separated: tcp, ucx, nccl (GPU to GPU), local")
       ->capture_default_str();
   app.add_option("--token-budget", f.server.token_budget,
                  "most prompt tokens per forward pass; longer prompts are chunked")
@@ -105,7 +106,16 @@ int Run(Flags& f) {
   const dq::KvCacheOptions& kv = (*model)->runner->kv_pool().options();
   const int64_t pool_tokens = int64_t{kv.num_blocks} * kv.block_size;
   const std::string device = (*model)->device.name();
-  const bool staged = (*model)->kv_staging->staged();
+  // How the KV leaves: nccl reads the device cache itself; the host transports of a GPU worker
+  // go through pinned host staging.
+  std::string kv_path;
+  for (const std::string& t : f.server.transports) {
+    if (t == "nccl") {
+      kv_path += " (nccl straight from device blocks)";
+    } else if ((*model)->kv_staging->staged() && kv_path.find("staging") == std::string::npos) {
+      kv_path += " through pinned host staging";
+    }
+  }
   auto server = dq::prefill::PrefillServer::Start(std::move(*model), f.server);
   if (!server.ok()) {
     spdlog::error("dq-prefill: {}", server.status().ToString());
@@ -118,8 +128,8 @@ int Run(Flags& f) {
       id.checkpoint().path(), id.checkpoint().format(), id.checkpoint().scheme(),
       id.kv_layout().architecture(), device, id.kv_layout().num_layers(),
       id.kv_layout().num_kv_heads(), id.kv_layout().head_dim(), id.kv_layout().kv_dtype(),
-      id.kv_layout().block_size(), pool_tokens, absl::StrJoin(id.transports(), ","),
-      staged ? " through pinned host staging" : "", f.server.token_budget, id.version());
+      id.kv_layout().block_size(), pool_tokens, absl::StrJoin(id.transports(), ","), kv_path,
+      f.server.token_budget, id.version());
   spdlog::info("dq-prefill: serving on {}", (*server)->address());
   int sig = 0;
   sigwait(&signals, &sig);

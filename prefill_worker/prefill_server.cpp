@@ -28,11 +28,18 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Start(
   // start mid-block, plus room for the partial blocks of the short prompts batched with it.
   const int arena_blocks = s->model_->runner->kv_pool().BlocksFor(options.token_budget) + 1 +
                            std::max(0, options.staging_extra_blocks);
-  DQ_ASSIGN_OR_RETURN(s->stager_, KvStager::Create(*s->model_->kv_staging, arena_blocks));
   KvSendersOptions so;
   so.kinds = options.transports;
   so.io_timeout_ms = options.io_timeout_ms;
-  DQ_ASSIGN_OR_RETURN(s->senders_, KvSenders::Create(s->stager_->source(), so));
+  so.cuda_device = s->model_->kv_staging->cuda_device();
+  so.direct_for_tests = options.direct_for_tests;
+  std::unique_ptr<KvSenders> senders;
+  DQ_ASSIGN_OR_RETURN(senders, KvSenders::Create(so));
+  // Only host-memory transports need the arena (a GPU worker with nccl alone has none).
+  DQ_ASSIGN_OR_RETURN(s->stager_,
+                      KvStager::Create(*s->model_->kv_staging, arena_blocks, senders->any_host()));
+  DQ_RETURN_IF_ERROR(senders->Register(s->stager_->host_source(), s->stager_->device_source()));
+  s->senders_ = std::move(senders);
   s->batcher_ = std::make_unique<PrefillBatcher>(*s->model_->runner, *s->stager_,
                                                  PrefillBatcherOptions{options.token_budget});
 
@@ -42,7 +49,7 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Start(
                            grpc::InsecureServerCredentials(), &bound);
   // The identity carries the address, known only once bound (port 0): set_address fixes it.
   PrefillServiceOptions svc{options.host + ":" + std::to_string(options.port),
-                            options.io_timeout_ms, s->stager_->local_geometry()};
+                            options.io_timeout_ms};
   auto service = std::make_unique<PrefillService>(*s->model_, *s->batcher_, *s->senders_, svc);
   builder.RegisterService(service.get());
   s->server_ = builder.BuildAndStart();

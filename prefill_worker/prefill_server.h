@@ -6,6 +6,7 @@
 #include <grpcpp/server.h>
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,8 @@ struct PrefillServerOptions {
   // A device KV cache ships through a staging arena of a budget's blocks + 1 + this many
   // (kv_stager.h); an iteration writes at most that many blocks.
   int staging_extra_blocks = 31;
+  // Tests: transports whose posts read the "device" cache directly (KvSendersOptions).
+  std::set<std::string> direct_for_tests;
 };
 
 class PrefillServer {

@@ -118,8 +118,9 @@ absl::StatusOr<std::shared_ptr<PrefillJob>> PrefillService::MakeJob(
   if (job->deadline && *job->deadline <= PrefillJob::Clock::now()) {
     return absl::DeadlineExceededError("the request's deadline passed before prefill started");
   }
-  DQ_ASSIGN_OR_RETURN(LeasePlan plan, LeasePlan::Create(request.lease(), n, options_.local_kv));
+  // CheckLease found the sender; its sources' layout gives the local offsets.
   KvSender* sender = senders_.Find(request.lease().endpoint().transport());
+  DQ_ASSIGN_OR_RETURN(LeasePlan plan, LeasePlan::Create(request.lease(), n, sender->geometry));
   DQ_ASSIGN_OR_RETURN(job->writer, LeaseWriter::Create(*sender, std::move(plan), request.lease(),
                                                        options_.io_timeout_ms));
   return job;

@@ -16,7 +16,6 @@ namespace dq::prefill {
 struct PrefillServiceOptions {
   std::string address;  // host:port this worker serves on (its identity)
   int io_timeout_ms = 10000;
-  LocalKvGeometry local_kv;  // where the transports read KV from (KvStager::local_geometry)
 };
 
 class PrefillService final : public dqserve::v1::PrefillWorker::Service {

@@ -110,6 +110,8 @@ class CudaKvStaging final : public KvStaging {
   std::string_view kv_dtype() const override { return "bf16"; }
   const KvGeometry& geometry() const override { return geometry_; }
   char* host_tensor(int) override { return nullptr; }
+  char* device_tensor(int t) override { return tensors_[t]; }
+  int cuda_device() const override { return device_; }
 
   absl::StatusOr<std::unique_ptr<HostBuffer>> AllocateHost(uint64_t bytes) override {
     return buffers_.Get(bytes);

@@ -116,9 +116,10 @@ constexpr uint64_t kHostCacheBytes = uint64_t{1} << 30;
 
 class HostKvStaging final : public KvStaging {
  public:
-  HostKvStaging(KvBlockPool& pool, bool staged)
+  HostKvStaging(KvBlockPool& pool, bool staged, bool pool_as_device = false)
       : pool_(pool),
         staged_(staged),
+        pool_as_device_(pool_as_device),
         buffers_(
             [](uint64_t bytes) -> absl::StatusOr<void*> {
               void* p = std::aligned_alloc(4096, bytes);  // bytes is a multiple of 1 MiB
@@ -139,6 +140,8 @@ class HostKvStaging final : public KvStaging {
     if (staged_) return nullptr;
     return reinterpret_cast<char*>(t == kKeys ? pool_.keys_data() : pool_.values_data());
   }
+
+  char* device_tensor(int t) override { return pool_as_device_ ? Tensor(t) : nullptr; }
 
   absl::StatusOr<std::unique_ptr<HostBuffer>> AllocateHost(uint64_t bytes) override {
     return buffers_.Get(bytes);
@@ -179,6 +182,7 @@ class HostKvStaging final : public KvStaging {
 
   KvBlockPool& pool_;
   const bool staged_;
+  const bool pool_as_device_;
   KvGeometry geometry_;
   HostBufferCache buffers_;
   CompletionThread completions_;
@@ -198,8 +202,8 @@ absl::StatusOr<std::unique_ptr<KvStaging>> CreateKvStaging(ModelRunner& runner,
   return CreateDeviceKvStaging(runner, device);
 }
 
-std::unique_ptr<KvStaging> CreateHostCopyKvStaging(KvBlockPool& pool) {
-  return std::make_unique<HostKvStaging>(pool, /*staged=*/true);
+std::unique_ptr<KvStaging> CreateHostCopyKvStaging(KvBlockPool& pool, bool pool_as_device) {
+  return std::make_unique<HostKvStaging>(pool, /*staged=*/true, pool_as_device);
 }
 
 }  // namespace dq::worker

@@ -1,7 +1,9 @@
-// How a worker's KV cache meets the KV transports, which move host memory only (tcp, ucx as
-// built here, local). A CPU backend's cache is host memory: transports use it in place. A device
-// backend's cache is not, so its KV travels through host staging buffers (page-locked on CUDA)
-// with explicit copies, keeping the transport lifecycle unchanged:
+// How a worker's KV cache meets the KV transports. A CPU backend's cache is host memory:
+// transports use it in place. A device cache goes straight to a transport that moves device
+// memory (nccl: device_tensor(), with AfterWritten ordering the prefill's posts after the layer's
+// compute). For the host-memory transports (tcp, ucx as built here, local) a device cache's KV
+// travels through host staging buffers (page-locked on CUDA) with explicit copies, keeping the
+// transport lifecycle unchanged:
 //   decode:  a lease's transfer regions are a staging buffer of its own; once the lease is
 //            committed, CopyIn moves it into the sequence's blocks (before its first step);
 //   prefill: the per-layer hook calls CopyOut for the layer's fresh blocks, ordered after the
@@ -78,6 +80,11 @@ class KvStaging {
   // KV goes through staging buffers and the copies below.
   virtual char* host_tensor(int t) = 0;
   bool staged() { return host_tensor(kKeys) == nullptr; }
+  // Tensor `t` of the cache when it is device memory that a device-memory transport (nccl) can
+  // use in place; null for a host cache.
+  virtual char* device_tensor(int t) { return nullptr; }
+  // The CUDA device holding the cache; -1 for a host cache.
+  virtual int cuda_device() const { return -1; }
 
   // A staging buffer of at least `bytes` bytes, contents undefined. Thread-safe.
   virtual absl::StatusOr<std::unique_ptr<HostBuffer>> AllocateHost(uint64_t bytes) = 0;
@@ -90,6 +97,12 @@ class KvStaging {
   // order. One caller thread at a time (the engine's).
   virtual void CopyOut(std::vector<KvCopy> copies, char* host,
                        std::function<void(absl::Status)> then) = 0;
+  // CopyOut without copies: `then` runs on the staging's thread once the work the forward pass
+  // has queued so far is done (the layer just written is in the cache), so that a device-memory
+  // transport may read the cache itself. Same ordering and threading as CopyOut.
+  void AfterWritten(std::function<void(absl::Status)> then) {
+    CopyOut({}, nullptr, std::move(then));
+  }
   // Blocks until every CopyOut so far has run its `then`.
   virtual void Drain() = 0;
 };
@@ -100,8 +113,10 @@ absl::StatusOr<std::unique_ptr<KvStaging>> CreateKvStaging(ModelRunner& runner,
                                                            const DeviceSpec& device);
 
 // Staged copies over a CPU runner's host pool, with memcpy (CopyOut's on a thread of its own):
-// the staged paths of both workers without a GPU (tests). `pool` must outlive it.
-std::unique_ptr<KvStaging> CreateHostCopyKvStaging(KvBlockPool& pool);
+// the staged paths of both workers without a GPU (tests). With `pool_as_device`, device_tensor()
+// also hands out the pool, standing in for a GPU cache on the direct (nccl) paths of the workers
+// (tests, with a host transport told to treat it as device memory). `pool` must outlive it.
+std::unique_ptr<KvStaging> CreateHostCopyKvStaging(KvBlockPool& pool, bool pool_as_device = false);
 
 // Recycles staging buffers: a lease's buffer freed now serves the next one of about its size
 // instead of being page-locked anew (cudaHostAlloc takes milliseconds per hundred MiB). Keeps at

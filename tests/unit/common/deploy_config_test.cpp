@@ -76,6 +76,19 @@ TEST(DeployConfig, ErrorsNameTheProblem) {
   ExpectError("model = \"m\"\n[decode]\ntoken_budget = 64\n", "unknown key \"token_budget\"");
 }
 
+TEST(DeployConfig, NcclNeedsTwoGpus) {
+  auto c = ParseDeployConfig(
+      "model = \"m\"\n[transfer]\nbackend = \"nccl\"\n[prefill]\ndevice = \"cuda:0\"\n"
+      "[decode]\ndevice = \"cuda:1\"\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->transfer.backend, "nccl");
+  ExpectError("model = \"m\"\n[transfer]\nbackend = \"nccl\"\n", "moves KV between GPUs");
+  ExpectError(
+      "model = \"m\"\n[transfer]\nbackend = \"nccl\"\n[prefill]\ndevice = \"cuda:1\"\n"
+      "[decode]\ndevice = \"cuda:1\"\n",
+      "two different GPUs");
+}
+
 TEST(DeployConfig, ShippedExamplesParse) {
   for (const char* name : {"local.toml", "disagg-nvfp4-int2.toml"}) {
     auto c = LoadDeployConfig(std::string(DQ_SOURCE_DIR) + "/deploy/" + name);

@@ -50,8 +50,9 @@ class DecodeWorkerTest : public ::testing::Test {
   // Starts the worker; tests that need other options call it again after TearDownServer().
   // `staged`: the KV goes through per-lease staging buffers and lands at commit, as with a
   // device cache (the CPU pool stands in for the device, copied with memcpy).
+  // `direct`: the regions are that cache's blocks, as with nccl on a GPU (tcp stands in).
   void StartServer(int max_batch = 2, int lease_ttl_ms = 30000,
-                   const std::string& transport = "tcp", bool staged = false) {
+                   const std::string& transport = "tcp", bool staged = false, bool direct = false) {
     worker::PhaseModelOptions mo;
     mo.model = dq::testing::TinyQwen3Path();
     mo.threads = 2;
@@ -59,12 +60,15 @@ class DecodeWorkerTest : public ::testing::Test {
     auto pm = worker::LoadPhaseModel(mo);
     ASSERT_TRUE(pm.ok()) << pm.status() << " (run through ctest: the fixture makes the model)";
     phase_ = std::move(*pm);
-    if (staged) phase_->kv_staging = worker::CreateHostCopyKvStaging(phase_->runner->kv_pool());
+    if (staged) {
+      phase_->kv_staging = worker::CreateHostCopyKvStaging(phase_->runner->kv_pool(), direct);
+    }
     DecodeServerOptions so;
     so.max_batch = max_batch;
     so.lease_ttl_ms = lease_ttl_ms;
     so.reap_interval_ms = 20;
     so.transport = transport;
+    so.direct_for_tests = direct;
     auto server = DecodeServer::Start(*phase_, so);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);

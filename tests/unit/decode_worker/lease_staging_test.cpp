@@ -52,15 +52,18 @@ TEST(PlanLeaseStaging, RegionsAreContiguousHostRangesAndCopiesHitTheirBlocks) {
   EXPECT_THAT(cover, ::testing::Each(1));
 }
 
-// A device cache in host memory that records every landing.
+// A device cache in host memory that records every landing (and, with `device_view`, hands its
+// memory out as device_tensor(), as a GPU cache does for nccl).
 class FakeDevice final : public worker::KvStaging {
  public:
-  explicit FakeDevice(const KvGeometry& g) : g_(g) {
+  explicit FakeDevice(const KvGeometry& g, bool device_view = false)
+      : g_(g), device_view_(device_view) {
     for (auto& m : mem_) m.assign(g.tensor_bytes(), 0);
   }
   std::string_view kv_dtype() const override { return "bf16"; }
   const KvGeometry& geometry() const override { return g_; }
   char* host_tensor(int) override { return nullptr; }
+  char* device_tensor(int t) override { return device_view_ ? mem_[t].data() : nullptr; }
   absl::StatusOr<std::unique_ptr<worker::HostBuffer>> AllocateHost(uint64_t bytes) override {
     struct Buffer final : worker::HostBuffer {
       std::vector<char> v;
@@ -90,6 +93,7 @@ class FakeDevice final : public worker::KvStaging {
 
  private:
   KvGeometry g_;
+  bool device_view_;
   std::vector<char> mem_[2];
 };
 
@@ -167,6 +171,70 @@ TEST(LeaseRegions, StagedLeaseLandsInItsBlocksAtCommit) {
   ASSERT_TRUE((*transport)->ReleaseRegion(src->id).ok());
 }
 
+// Direct (nccl): the regions are the cache's blocks themselves; no staging buffer, nothing to land.
+TEST(LeaseRegions, DirectLeaseIsWrittenStraightIntoItsBlocks) {
+  const KvGeometry cache{2, 40, 4, 64};
+  FakeDevice device(cache, /*device_view=*/true);
+  auto transport = kvtransfer::CreateTransport({.kind = "local"});
+  ASSERT_TRUE(transport.ok()) << transport.status();
+  LeaseRegions regions(**transport, device, /*direct_for_tests=*/true);
+  EXPECT_TRUE(regions.direct());
+  KvLease lease;
+  lease.lease_id = "lease-d";
+  lease.blocks = {5, 20, 21, 30};
+  lease.runs = ToBlockRuns(lease.blocks);
+  auto endpoint = regions.Register(lease, /*prompt_tokens=*/3 * 4);  // blocks 5, 20, 21
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  EXPECT_EQ(device.allocations, 0);  // no staging buffer
+  ASSERT_EQ(endpoint->regions_size(), 8);
+  std::vector<char> source(2 * cache.block_bytes);
+  auto src = (*transport)->RegisterRegion(source.data(), source.size());
+  ASSERT_TRUE(src.ok());
+  for (const auto& r : endpoint->regions()) {
+    EXPECT_EQ(r.layer_stride_bytes(), cache.layer_stride_bytes());  // the cache's own layout
+    const int t = r.tensor() == dqserve::v1::KV_TENSOR_KEY ? kKeys : kValues;
+    std::memset(source.data(), Pattern(t, r.first_layer(), static_cast<int>(r.first_block())),
+                source.size());
+    const kvtransfer::CopyOp op{0, 0, r.num_blocks() * cache.block_bytes};
+    auto remote = (*transport)->Prepare(r.region_descriptor());
+    ASSERT_TRUE(remote.ok()) << remote.status();
+    auto id = (*transport)->Post(src->id, *remote, {&op, 1});
+    ASSERT_TRUE(id.ok()) << id.status();
+    ASSERT_TRUE(kvtransfer::WaitForTransfer(**transport, *id, 1000).ok());
+    ASSERT_TRUE((*transport)->ReleaseRemote(*remote).ok());
+  }
+  // The bytes are in the blocks before any commit; landing copies nothing.
+  for (int t : {kKeys, kValues}) {
+    for (int layer = 0; layer < 2; ++layer) {
+      EXPECT_EQ(device.block(t, layer, 5)[0], Pattern(t, layer, 5));
+      EXPECT_EQ(device.block(t, layer, 21)[cache.block_bytes - 1], Pattern(t, layer, 20));
+      EXPECT_EQ(device.block(t, layer, 30)[0], 0);  // generated tokens' block: untouched
+      EXPECT_EQ(device.block(t, layer, 22)[0], 0);  // not the lease's
+    }
+  }
+  ASSERT_TRUE(regions.Land("lease-d").ok());
+  EXPECT_TRUE(device.landed.empty());
+  regions.Release("lease-d");
+  EXPECT_EQ(regions.num_regions(), 0);
+  ASSERT_TRUE((*transport)->ReleaseRegion(src->id).ok());
+}
+
+TEST(LeaseRegions, DirectOnAHostCacheIsRefused) {
+  const KvGeometry cache{2, 40, 4, 64};
+  FakeDevice device(cache, /*device_view=*/false);
+  auto transport = kvtransfer::CreateTransport({.kind = "local"});
+  ASSERT_TRUE(transport.ok());
+  LeaseRegions regions(**transport, device, /*direct_for_tests=*/true);
+  KvLease lease;
+  lease.lease_id = "x";
+  lease.blocks = {1};
+  lease.runs = ToBlockRuns(lease.blocks);
+  auto endpoint = regions.Register(lease, 4);
+  ASSERT_FALSE(endpoint.ok());
+  EXPECT_EQ(endpoint.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(regions.num_regions(), 0);
+}
+
 // The whole decode worker with a staged cache: the prefill writes into staging buffers over tcp,
 // the commit lands them, and the stream equals colocated generation token for token.
 TEST_F(DecodeWorkerTest, StagedKvDecodesLikeColocatedGeneration) {
@@ -210,6 +278,29 @@ TEST_F(DecodeWorkerTest, StagedConcurrentRequestsEachLandInTheirOwnBlocks) {
     ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
     EXPECT_EQ(got[i].tokens, want[i]) << texts[i];
   }
+}
+
+// The whole decode worker receiving straight into its "device" cache (as with nccl): the stream
+// equals colocated generation, and nothing is staged.
+TEST_F(DecodeWorkerTest, DirectKvDecodesLikeColocatedGeneration) {
+  TearDownServer();
+  StartServer(/*max_batch=*/2, /*lease_ttl_ms=*/30000, "tcp", /*staged=*/true, /*direct=*/true);
+  ASSERT_TRUE(server_->regions().direct());
+  const auto prompt = Prompt("1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22");
+  const v1::SamplingParams p = Greedy(16);
+  const GenerationResult want = Colocated(prompt, p);
+  const StreamResult got = Disaggregated("direct", prompt, p);
+  ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+  EXPECT_EQ(got.tokens, want.tokens);
+}
+
+TEST_F(DecodeWorkerTest, NcclOnACpuDecodeWorkerIsAClearStartUpError) {
+  DecodeServerOptions so;
+  so.transport = "nccl";
+  auto server = DecodeServer::Start(*phase_, so);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kFailedPrecondition) << server.status();
+  EXPECT_THAT(std::string(server.status().message()), HasSubstr("keeps its KV on the CPU"));
 }
 
 }  // namespace

@@ -99,5 +99,80 @@ TEST(PrefillKvStaged, ChunkedAndBatchedRequestsWithATightArena) {
   EXPECT_EQ(h.Health().free_kv_blocks(), h.Health().total_kv_blocks());
 }
 
+// Direct (nccl on a GPU): the transport reads the cache's blocks once each layer is written, with
+// no arena. Here tcp plays the device-memory transport over the CPU pool standing in for the
+// device; chunked and batched prompts land bit-exact.
+TEST(PrefillKvDirect, ChunkedAndBatchedPromptsLandBitExactFromTheCache) {
+  PrefillServerOptions o;
+  o.token_budget = 40;  // chunks that start mid-block
+  o.direct_for_tests = {"tcp"};
+  PrefillHarness h(o, 4096, /*staged=*/true);
+  ASSERT_NE(h.stub, nullptr);
+  DecodeSide decode(h.kv_options(), h.layout());
+  const std::vector<std::vector<int32_t>> prompts = {Prompt(100, 1), Prompt(5, 2), Prompt(17, 3)};
+  const std::vector<v1::KvLease> leases = {decode.Lease("long", {{40, 2}, {3, 5}}),
+                                           decode.Lease("a", {{10, 1}}),
+                                           decode.Lease("b", {{20, 2}})};
+  std::vector<std::thread> threads;
+  std::vector<grpc::Status> status(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    threads.emplace_back([&, i] {
+      v1::PrefillResponse resp;
+      status[i] = h.Prefill(Request(prompts[i], leases[i]), &resp);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_TRUE(status[i].ok()) << i << ": " << status[i].error_message();
+    LocalPrefill want(prompts[i]);
+    EXPECT_EQ(MaxKvDiff(decode.pool(), leases[i], want, prompts[i].size()), 0.0f) << i;
+  }
+  EXPECT_EQ(h.Health().free_kv_blocks(), h.Health().total_kv_blocks());
+}
+
+// A worker with a direct and a host transport: each lease's KV takes its own path (cache or
+// arena) within one batch.
+TEST(PrefillKvDirect, DirectAndStagedLeasesShareABatch) {
+  PrefillServerOptions o;
+  o.transports = {"tcp", "local"};
+  o.direct_for_tests = {"tcp"};
+  PrefillHarness h(o, 4096, /*staged=*/true);
+  ASSERT_NE(h.stub, nullptr);
+  DecodeSide direct(h.kv_options(), h.layout(), "tcp");
+  DecodeSide staged(h.kv_options(), h.layout(), "local");
+  const std::vector<int32_t> p1 = Prompt(33, 4), p2 = Prompt(21, 5);
+  const v1::KvLease l1 = direct.Lease("d", {{7, 3}}), l2 = staged.Lease("s", {{30, 2}});
+  grpc::Status s1, s2;
+  std::thread t([&] {
+    v1::PrefillResponse r;
+    s1 = h.Prefill(Request(p1, l1), &r);
+  });
+  v1::PrefillResponse r2;
+  s2 = h.Prefill(Request(p2, l2), &r2);
+  t.join();
+  ASSERT_TRUE(s1.ok()) << s1.error_message();
+  ASSERT_TRUE(s2.ok()) << s2.error_message();
+  EXPECT_EQ(MaxKvDiff(direct.pool(), l1, LocalPrefill(p1), p1.size()), 0.0f);
+  EXPECT_EQ(MaxKvDiff(staged.pool(), l2, LocalPrefill(p2), p2.size()), 0.0f);
+}
+
+TEST(KvSendersTest, NcclOnACpuWorkerIsAClearStartUpError) {
+  KvSendersOptions o;
+  o.kinds = {"nccl"};
+  o.cuda_device = -1;
+  auto s = KvSenders::Create(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition) << s.status();
+  EXPECT_THAT(std::string(s.status().message()), ::testing::HasSubstr("--device cuda:N"));
+  // The whole worker refuses to start with it.
+  PrefillServerOptions po;
+  po.transports = {"tcp", "nccl"};
+  auto model = LoadTiny();
+  ASSERT_NE(model, nullptr);
+  auto server = PrefillServer::Start(std::move(model), po);
+  ASSERT_FALSE(server.ok());
+  EXPECT_THAT(std::string(server.status().message()), ::testing::HasSubstr("on the CPU"));
+}
+
 }  // namespace
 }  // namespace dq::prefill::testing

@@ -176,12 +176,16 @@ struct PrefillHarness {
   std::unique_ptr<v1::PrefillWorker::Stub> stub;
 
   // `staged`: the worker ships KV through its staging arena, as with a device cache (the CPU
-  // pool stands in for the device, copied out with memcpy on the staging's thread).
+  // pool stands in for the device, copied out with memcpy on the staging's thread); the kinds in
+  // options.direct_for_tests read that "device" cache directly, as nccl does a GPU's.
   explicit PrefillHarness(const PrefillServerOptions& options, int kv_capacity = 4096,
                           bool staged = false) {
     auto model = LoadTiny(kv_capacity);
     if (!model) return;
-    if (staged) model->kv_staging = worker::CreateHostCopyKvStaging(model->runner->kv_pool());
+    if (staged) {
+      model->kv_staging = worker::CreateHostCopyKvStaging(model->runner->kv_pool(),
+                                                          !options.direct_for_tests.empty());
+    }
     auto s = PrefillServer::Start(std::move(model), options);
     EXPECT_TRUE(s.ok()) << s.status();
     if (!s.ok()) return;
