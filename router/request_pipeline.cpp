@@ -268,13 +268,24 @@ std::optional<ApiError> RequestPipeline::Prefill(ActiveRequest& r, const WorkerH
     r.ReleaseLease(s.ok() ? "aborted" : absl::StrCat("prefill failed: ", s.error_message()));
     metrics_.Count(s.ok() ? Outcome::kAbort : OutcomeOf(s, aborted));
     if (aborted) return Aborted(r.id());
-    if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    // A failed KV transfer is about the destination (this request's decode worker: dead,
+    // stalled, or its lease expired), not the prefill worker that reported it, and not proof
+    // that the decode worker is gone: marking either down here would fail other requests over
+    // one bad lease. A dead decode worker is found by the health checks and its own streams.
+    const bool transfer = LooksLikeKvTransferFailure(s.error_message());
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE && !transfer) {
       registry_.MarkDown(WorkerRole::kPrefill, prefill.address(), s.error_message());
     }
-    const bool transfer = LooksLikeKvTransferFailure(s.error_message());
     if (transfer) metrics_.kv_transfer_failures.fetch_add(1);
     spdlog::warn("request {}: Prefill on {} failed{}: {}", r.id(), prefill.address(),
                  transfer ? " (KV transfer)" : "", s.error_message());
+    if (transfer) {
+      return WorkerCallError(
+          absl::StrCat("the KV transfer from prefill worker ", prefill.address(),
+                       " to decode worker ", r.decode_ ? r.decode_->address() : std::string("?"),
+                       " failed"),
+          s);
+    }
     return WorkerCallError(absl::StrCat("prefill worker ", prefill.address(), " failed"), s);
   }
   metrics_.kv_transfer_bytes.fetch_add(response.transfer_bytes());

@@ -1,4 +1,6 @@
 // dq-tool make-tiny: a tiny random Qwen3 checkpoint (config, safetensors, tokenizer) for tests.
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <deque>
@@ -7,6 +9,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 
 #include "common/dtype.h"
 #include "engine/checkpoint/safetensors_checkpoint.h"
@@ -28,6 +31,8 @@ struct TinyOptions {
   int kv_heads = 2;
   int head_dim = 32;
   int intermediate = 128;
+  int max_context = 4096;
+  bool parallel = false;
   std::string dtype = "bf16";
 };
 
@@ -52,16 +57,46 @@ int32_t TokenId(const nlohmann::json& tok, const std::string& content) {
 
 // Random tensors owned until written. Scales keep activations O(1) through the layers, so the
 // logits spread out and greedy top-1 is not a near tie.
+//
+// Parallel (--parallel): each 1M-value chunk of a tensor gets its own generator seeded from
+// (seed, tensor, chunk) and the chunks are drawn on all cores, so a multi-billion-parameter
+// benchmark model takes seconds; the values differ from the sequential stream (which the tests'
+// tiny models keep).
 class TensorMaker {
  public:
-  TensorMaker(uint64_t seed, DType dtype) : rng_(seed), dtype_(dtype) {}
+  TensorMaker(uint64_t seed, DType dtype, bool parallel)
+      : seed_(seed), rng_(seed), dtype_(dtype), parallel_(parallel) {}
   void Add(const std::string& name, std::vector<int64_t> shape, float mean, float stddev) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
-    std::normal_distribution<float> dist(mean, stddev);
     auto& buf = buffers_.emplace_back(n * (dtype_ == DType::kF32 ? 4 : 2));
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = dist(rng_);
+    if (!parallel_) {
+      Fill(rng_, mean, stddev, buf.data(), 0, n);
+    } else {
+      constexpr int64_t kChunk = 1 << 20;
+      const int64_t chunks = (n + kChunk - 1) / kChunk;
+      std::atomic<int64_t> next{0};
+      auto work = [&] {
+        for (int64_t c; (c = next.fetch_add(1)) < chunks;) {
+          std::mt19937_64 rng(seed_ ^ (entries_.size() * 0x9E3779B97F4A7C15ull) ^ (c << 20));
+          Fill(rng, mean, stddev, buf.data(), c * kChunk, std::min(n, (c + 1) * kChunk));
+        }
+      };
+      std::vector<std::thread> threads;
+      const int nt = std::max(1u, std::thread::hardware_concurrency());
+      for (int t = 0; t < nt; ++t) threads.emplace_back(work);
+      for (auto& t : threads) t.join();
+    }
+    entries_.push_back({name, dtype_, std::move(shape), buf.data()});
+  }
+  const std::vector<SafetensorsEntry>& entries() const { return entries_; }
+
+ private:
+  void Fill(std::mt19937_64& rng, float mean, float stddev, uint8_t* buf, int64_t begin,
+            int64_t end) const {
+    std::normal_distribution<float> dist(mean, stddev);
+    for (int64_t i = begin; i < end; ++i) {
+      const float v = dist(rng);
       if (dtype_ == DType::kF32) {
         std::memcpy(&buf[i * 4], &v, 4);
       } else {
@@ -69,13 +104,12 @@ class TensorMaker {
         std::memcpy(&buf[i * 2], &b, 2);
       }
     }
-    entries_.push_back({name, dtype_, std::move(shape), buf.data()});
   }
-  const std::vector<SafetensorsEntry>& entries() const { return entries_; }
 
- private:
+  uint64_t seed_;
   std::mt19937_64 rng_;
   DType dtype_;
+  bool parallel_;
   std::deque<std::vector<uint8_t>> buffers_;
   std::vector<SafetensorsEntry> entries_;
 };
@@ -91,7 +125,7 @@ nlohmann::json MakeConfig(const TinyOptions& o, int vocab, const nlohmann::json&
           {"num_key_value_heads", o.kv_heads},
           {"head_dim", o.head_dim},
           {"hidden_act", "silu"},
-          {"max_position_embeddings", 4096},
+          {"max_position_embeddings", o.max_context},
           {"rms_norm_eps", 1e-6},
           {"rope_theta", 1000000.0},
           {"tie_word_embeddings", true},
@@ -144,9 +178,9 @@ absl::Status MakeTiny(const TinyOptions& o) {
   const nlohmann::json tok_config = {{"chat_template", chat},
                                      {"eos_token", "<|im_end|>"},
                                      {"pad_token", "<|endoftext|>"},
-                                     {"model_max_length", 4096}};
+                                     {"model_max_length", o.max_context}};
   std::ofstream(fs::path(o.out) / "tokenizer_config.json") << tok_config.dump(2) << "\n";
-  TensorMaker maker(o.seed, o.dtype == "f32" ? DType::kF32 : DType::kBF16);
+  TensorMaker maker(o.seed, o.dtype == "f32" ? DType::kF32 : DType::kBF16, o.parallel);
   AddWeights(o, vocab, maker);
   return WriteSafetensors((fs::path(o.out) / "model.safetensors").string(), maker.entries(),
                           {{"format", "pt"}});
@@ -168,6 +202,11 @@ void RegisterMakeTiny(CLI::App& app, int* exit_code) {
   cmd->add_option("--head-dim", opts->head_dim, "head dim");
   cmd->add_option("--intermediate", opts->intermediate, "MLP size");
   cmd->add_option("--dtype", opts->dtype, "bf16 or f32");
+  cmd->add_option("--max-context", opts->max_context, "max_position_embeddings (default 4096)")
+      ->check(CLI::Range(16, 1 << 20));
+  cmd->add_flag("--parallel", opts->parallel,
+                "draw the weights on every core (other values than the default sequential draw; "
+                "for large benchmark models)");
   cmd->callback([opts, exit_code] {
     const absl::Status s = MakeTiny(*opts);
     if (!s.ok()) {
