@@ -409,11 +409,13 @@ int RunSender(const Options& o) {
   }
   r.Command("quit");
   waitpid(r.pid, nullptr, 0);
+  // NCCL's tunables (channels per peer, protocols, copy engines) change the figure: record them.
   nlohmann::json env;
-  for (const char* v :
-       {"NCCL_P2P_LEVEL", "NCCL_P2P_DISABLE", "NCCL_P2P_NCHANNELS", "NCCL_NCHANNELS_PER_PEER",
-        "NCCL_P2P_USE_CUDA_MEMCPY", "NCCL_PROTO", "NCCL_SOCKET_IFNAME", "CUDA_VISIBLE_DEVICES"}) {
-    if (const char* val = std::getenv(v)) env[v] = val;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string kv = *e;
+    if (kv.rfind("NCCL_", 0) == 0 || kv.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0) {
+      env[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
+    }
   }
   nlohmann::json j = {{"bench", "kv_transfer"},
                       {"shape",
