@@ -157,8 +157,19 @@ absl::Status WeightStreamer::Load(int layer, int slot) {
 
 absl::Status WeightStreamer::Begin(cudaStream_t compute) {
   compute_ = compute;
-  const int first = std::min(options_.slots, num_layers());
-  for (int l = 0; l < first; ++l) DQ_RETURN_IF_ERROR(Load(l, l));
+  next_load_ = 0;
+  return LoadUpTo(-1);  // nothing enqueued yet
+}
+
+absl::Status WeightStreamer::LoadUpTo(int layer) {
+  // Pinned host: the copies run by themselves, so every free slot is queued at once. File: each
+  // read blocks this thread, which must enqueue the next layer's kernels before reading further,
+  // so it reads one layer ahead (the other slots add nothing there).
+  const int last = file_ ? layer + 1 : layer + options_.slots;
+  while (next_load_ <= std::min(last, num_layers() - 1)) {
+    DQ_RETURN_IF_ERROR(Load(next_load_, next_load_ % options_.slots));
+    ++next_load_;
+  }
   return absl::OkStatus();
 }
 
@@ -169,10 +180,8 @@ const CudaDecoderModel::Layer& WeightStreamer::Acquire(int layer) {
 }
 
 absl::Status WeightStreamer::Release(int layer) {
-  const int slot = layer % options_.slots;
-  CUDA_CHECK(cudaEventRecord(freed_[slot], compute_));
-  const int next = layer + options_.slots;
-  return next < num_layers() ? Load(next, slot) : absl::OkStatus();
+  CUDA_CHECK(cudaEventRecord(freed_[layer % options_.slots], compute_));
+  return LoadUpTo(layer);
 }
 
 void WeightStreamer::Abort() {

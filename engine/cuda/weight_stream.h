@@ -59,9 +59,10 @@ class WeightStreamer {
 
   // One pass over the layers, on the model's `compute` stream: Begin starts filling the slots;
   // for each layer l in order, Acquire(l) makes `compute` wait for its slot and returns its
-  // weights, the caller enqueues the layer, then Release(l) frees the slot and starts loading
-  // layer l + slots into it. A failed Acquire/Release (a read error) ends the pass: call Abort,
-  // which waits until no copy or kernel of the pass is in flight; the next Begin starts afresh.
+  // weights, the caller enqueues the layer, then Release(l) frees the slot and loads further
+  // layers (layer j always goes to slot j % slots, behind the event that freed it). A failed
+  // Begin/Release (a read error) ends the pass: call Abort, which waits until no copy or kernel
+  // of the pass is in flight; the next Begin starts afresh.
   absl::Status Begin(cudaStream_t compute);
   const CudaDecoderModel::Layer& Acquire(int layer);
   absl::Status Release(int layer);
@@ -80,6 +81,9 @@ class WeightStreamer {
  private:
   explicit WeightStreamer(const WeightStreamOptions& o) : options_(o) {}
   absl::Status Load(int layer, int slot);
+  // Loads layers from next_load_ on, as far ahead of `layer` (the last one enqueued; -1 for
+  // none) as the source allows.
+  absl::Status LoadUpTo(int layer);
   // kFile: layer `layer`'s image into `out` (pinned), its chunks read in parallel.
   absl::Status ReadLayer(int layer, uint8_t* out);
 
@@ -98,6 +102,7 @@ class WeightStreamer {
   uint8_t* staging_[2] = {nullptr, nullptr};    // kFile, pinned, slot_bytes_ each
   cudaEvent_t staged_[2] = {nullptr, nullptr};  // the copies out of each staging buffer
   int next_staging_ = 0;
+  int next_load_ = 0;  // the next layer of this pass to load
   cudaStream_t copy_ = nullptr;
   cudaStream_t compute_ = nullptr;
 };
