@@ -2,7 +2,7 @@
 
 Router + one prefill worker on cuda:0 + two decode workers on cuda:1, KV over DQ_TRANSPORT
 (default nccl), real processes on loopback. Eight users stream long answers; after a few seconds
-the busier decode worker gets SIGKILL. Checks: the streams it was serving end with an error event
+the decode worker with the most load gets SIGKILL. Checks: the streams it was serving end with an error event
 within 5 s; no client hangs; requests started a second after the kill are all served (by the
 other decode worker); the prefill worker's KV blocks all come back (its sends to the dead worker
 failed and released their buffers); the deployment still answers afterwards.
@@ -16,7 +16,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e", "serve"))
-from serve_lib import (Deployment, busiest, check, chat, finish, metrics, metric_sum,  # noqa
+from serve_lib import (Deployment, check, chat, finish, metrics, metric_sum,  # noqa: E402
                        served_name, stream, wait_until, worker_gauge)
 
 MODEL = os.environ.get("DQ_MODEL") or os.environ.get("SMOLLM2", "models/SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -28,20 +28,35 @@ PROMPT = (" ".join(["The quick brown fox jumps over the lazy dog."] *
                    int(os.environ.get("DQ_PROMPT_REPEAT", "60"))) + " Now count to 500.")
 
 
-def user(port, name, stop, records):
+def user(port, name, stop, records, live):
     body = {"model": name, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": MAX_TOKENS,
             "temperature": 0, "ignore_eos": True, "stream": True}
+    me = threading.get_ident()
+
+    def on_event(i, line):
+        live[me] = True  # this user's stream is decoding
+        return True
+
     while not stop.is_set():
         rec = {"start": time.time()}
+        live[me] = False
         try:
-            status, events, _ = stream(port, "/v1/chat/completions", body, timeout=60)
+            status, events, _ = stream(port, "/v1/chat/completions", body, timeout=60,
+                                       on_event=on_event)
             rec["status"] = status
             rec["error"] = next((e for e in events if '"error"' in e), None)
             rec["done"] = bool(events) and events[-1] == "data: [DONE]"
+            rec["tail"] = events[-3:]
         except OSError as e:
             rec["status"], rec["error"], rec["done"] = None, f"client: {e}", False
         rec["end"] = time.time()
         records.append(rec)
+
+
+def decode_load(router_port, worker_port):
+    m = metrics(router_port)
+    key = f'dq_worker_load{{role="decode",address="127.0.0.1:{worker_port}"}}'
+    return m.get(key, 0.0)
 
 
 def main():
@@ -56,22 +71,32 @@ def main():
         prefill_start = worker_gauge(port, "dq_worker_free_kv_blocks", "prefill")
         status, _ = chat(port, "Say hi.", 4, model=name)
         check(status == 200, f"warm-up request served ({status})")
-        stop, records = threading.Event(), []
-        users = [threading.Thread(target=user, args=(port, name, stop, records))
+        stop, records, live = threading.Event(), [], {}
+        users = [threading.Thread(target=user, args=(port, name, stop, records, live))
                  for _ in range(USERS)]
         for t in users:
             t.start()
-        time.sleep(float(os.environ.get("DQ_SECONDS", "4")))
-        victim = busiest(dep, "decode")
+        # Kill once every user's stream is decoding, the decode worker with the most load.
+        check(wait_until(lambda: len(live) == USERS and all(live.values()), 120),
+              f"all {USERS} users' streams are decoding")
+        time.sleep(float(os.environ.get("DQ_SECONDS", "1")))
+        victim = max((n for n in dep.ports if n.startswith("decode")),
+                     key=lambda n: decode_load(port, dep.ports[n]))
+        loads = {n: decode_load(port, dep.ports[n]) for n in dep.ports if n.startswith("decode")}
+        print(f"  decode loads before the kill: {loads}; killing {victim}")
+        killed_at = time.time()  # before the call: its streams may end before kill() returns
         dep.kill(victim)
-        killed_at = time.time()
-        time.sleep(8)
+        # Keep the load on until a few requests that started after the kill have finished.
+        wait_until(lambda: sum(r["start"] > killed_at + 1.0 for r in records) >= 2, 120)
         stop.set()
         for t in users:
             t.join(timeout=90)
         check(not any(t.is_alive() for t in users), "no client hangs")
         cut = [r for r in records if r["start"] < killed_at < r["end"]]
         hit = [r for r in cut if r["error"] is not None or not r["done"]]
+        if os.environ.get("DQ_VERBOSE"):
+            for r in cut:
+                print(f"  in flight at the kill: {r['end'] - killed_at:+.2f} s", r.get("tail"))
         check(len(hit) > 0, f"{len(hit)} of the {len(cut)} streams in flight at the kill ended with "
                             f"an error (the others were on the surviving decode worker)")
         late = max((r["end"] - killed_at for r in hit), default=99)
