@@ -75,6 +75,7 @@ class NcclOutbound {
   // Issued, not yet acknowledged, in issue order (= ack order). The thread's alone.
   std::deque<InFlight> in_flight_;
   Clock::time_point last_ack_{};
+  bool connected_ = false;  // a send group went through: the channels are up (SetupTimeoutMs)
   std::thread thread_;
 };
 
@@ -105,7 +106,10 @@ class NcclInbound {
   // Acknowledges every transfer at the front whose recvs have ended.
   absl::Status AckFinished();
   absl::Status SendAck(uint64_t transfer, const absl::Status& status);
-  absl::Status Scratch(uint64_t bytes);
+  // Cancelled once the transport shuts down, Unavailable once the sender hung up; for waits.
+  absl::Status Interrupted() const;
+  // The device buffer a refused transfer's bytes are received into (kNcclChunkBytes).
+  absl::Status Scratch();
   // After a failure: abort the communicator, then let go of the targets once the stream drained.
   void Teardown();
 
@@ -119,16 +123,17 @@ class NcclInbound {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   void* scratch_ = nullptr;
-  uint64_t scratch_bytes_ = 0;
   std::deque<InFlight> in_flight_;
   std::vector<cudaEvent_t> free_events_;
   Clock::time_point last_progress_{};
+  bool connected_ = false;  // a recv group went through: the channels are up (SetupTimeoutMs)
   std::atomic<bool> finished_{false};
   std::thread thread_;
 };
 
 // Waits until `fd` is readable (or hung up) or `wake_fd` is signalled, at most timeout_us
-// (-1: no limit). kReady also for errors, so that the next read reports them.
+// (-1: no limit). kReady also for errors, so that the next read reports them; kTimeout also when
+// a signal interrupted the wait.
 WaitResult WaitFdMicros(int fd, int wake_fd, int64_t timeout_us);
 // Whether the peer of `fd` has closed or reset the connection (without reading anything).
 bool PeerHungUp(int fd);

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <string>
@@ -17,6 +18,11 @@
 namespace dq::kvtransfer::nccl {
 
 using Clock = std::chrono::steady_clock;
+
+// Bringing a communicator up (ncclCommInitRankConfig, then the first send/recv's channel
+// connection) takes seconds, not a transfer's milliseconds: those waits get at least this long.
+inline constexpr int kMinSetupMs = 30000;
+inline int SetupTimeoutMs(int io_timeout_ms) { return std::max(io_timeout_ms, kMinSetupMs); }
 
 absl::Status CudaStatus(cudaError_t e, std::string_view what);
 // `comm` (may be null) adds NCCL's last error text, which names the real cause.

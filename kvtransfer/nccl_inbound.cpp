@@ -71,18 +71,9 @@ absl::Status NcclInbound::Handshake() {
   absl::Status up = comm.status();
   if (up.ok()) {
     comm_ = *comm;
-    const int fd = fd_.get();
-    const int wake = wake_.fd();
     up = WaitComm(
-        comm_, Clock::now() + std::chrono::milliseconds(timeout_ms_),
-        [fd, wake] {
-          if (WaitFd(wake, -1, 0) == WaitResult::kReady) {
-            return absl::CancelledError("the transport was shut down");
-          }
-          return PeerHungUp(fd) ? absl::UnavailableError("the sender hung up during the handshake")
-                                : absl::OkStatus();
-        },
-        "connecting the communicator");
+        comm_, Clock::now() + std::chrono::milliseconds(SetupTimeoutMs(timeout_ms_)),
+        [this] { return Interrupted(); }, "connecting the communicator");
   }
   if (up.ok()) {
     const cudaError_t e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
@@ -153,18 +144,18 @@ absl::Status NcclInbound::Post(const wire::TransferHeader& header) {
     }
     absl::Status posted = PostRecvs(ops, f);
     if (!posted.ok()) {
-      free_events_.push_back(f.done);
+      // Some recvs may be queued: Teardown lets go of the targets only after the abort.
+      in_flight_.push_back(std::move(f));
       return posted;
     }
+    f.posted = Clock::now();  // after a first transfer's channel setup, which is not a stall
   }
   in_flight_.push_back(std::move(f));
   return absl::OkStatus();
 }
 
 absl::Status NcclInbound::PostRecvs(const std::vector<wire::OpHeader>& ops, const InFlight& f) {
-  uint64_t largest = 0;
-  for (const wire::OpHeader& op : ops) largest = std::max(largest, op.bytes);
-  if (!f.error.ok()) DQ_RETURN_IF_ERROR(Scratch(std::min(largest, kNcclChunkBytes)));
+  if (!f.error.ok()) DQ_RETURN_IF_ERROR(Scratch());
   ncclResult_t first_error = ncclGroupStart();
   for (size_t i = 0; i < ops.size(); ++i) {
     // The sender cuts each op into the same chunks (nccl_wire.h), so the counts match.
@@ -179,14 +170,20 @@ absl::Status NcclInbound::PostRecvs(const std::vector<wire::OpHeader>& ops, cons
   if (end != ncclSuccess && end != ncclInProgress) {
     return NcclStatus(end, comm_, "queueing ncclRecv");
   }
-  const int fd = fd_.get();
+  const int wait_ms = connected_ ? timeout_ms_ : SetupTimeoutMs(timeout_ms_);
   DQ_RETURN_IF_ERROR(WaitComm(
-      comm_, Clock::now() + std::chrono::milliseconds(timeout_ms_),
-      [fd] {
-        return PeerHungUp(fd) ? absl::UnavailableError("the sender hung up") : absl::OkStatus();
-      },
+      comm_, Clock::now() + std::chrono::milliseconds(wait_ms), [this] { return Interrupted(); },
       "queueing ncclRecv"));
+  connected_ = true;
   DQ_NCCL_CUDA_RETURN_IF_ERROR(cudaEventRecord(f.done, stream_), "ordering a KV receive");
+  return absl::OkStatus();
+}
+
+absl::Status NcclInbound::Interrupted() const {
+  if (WaitFd(wake_.fd(), -1, 0) == WaitResult::kReady) {
+    return absl::CancelledError("the transport was shut down");
+  }
+  if (PeerHungUp(fd_.get())) return absl::UnavailableError("the sender hung up");
   return absl::OkStatus();
 }
 
@@ -218,14 +215,13 @@ absl::Status NcclInbound::SendAck(uint64_t transfer, const absl::Status& status)
   return SendAll(fd_.get(), frame.data(), frame.size(), timeout_ms_, wake_.fd());
 }
 
-absl::Status NcclInbound::Scratch(uint64_t bytes) {
-  if (bytes <= scratch_bytes_) return absl::OkStatus();
-  if (scratch_ != nullptr) cudaFree(scratch_);
-  scratch_ = nullptr;
-  scratch_bytes_ = 0;
-  DQ_NCCL_CUDA_RETURN_IF_ERROR(cudaMalloc(&scratch_, bytes),
-                               absl::StrCat("allocating ", bytes, " bytes to drain a refused op"));
-  scratch_bytes_ = bytes;
+absl::Status NcclInbound::Scratch() {
+  // One chunk's worth, allocated once and never freed while the connection lives: freeing it
+  // would synchronize the device behind recvs that may still be writing into it.
+  if (scratch_ != nullptr) return absl::OkStatus();
+  DQ_NCCL_CUDA_RETURN_IF_ERROR(
+      cudaMalloc(&scratch_, kNcclChunkBytes),
+      absl::StrCat("allocating ", kNcclChunkBytes, " bytes to drain a refused transfer into"));
   return absl::OkStatus();
 }
 

@@ -48,7 +48,8 @@ absl::Status Handshake(int fd, const std::string& peer, int device, int timeout_
   auto frame = EncodeHello(hello);
   DQ_RETURN_IF_ERROR(SendAll(fd, frame.data(), frame.size(), timeout_ms, -1));
   DQ_ASSIGN_OR_RETURN(*comm, StartComm(id, /*rank=*/0));
-  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  const Clock::time_point deadline =
+      Clock::now() + std::chrono::milliseconds(SetupTimeoutMs(timeout_ms));
   // The receiver answers once its rank is up, or at once when it refuses (then our rank would
   // wait for it in vain): watch the socket while the communicator connects.
   absl::Status up = WaitComm(
@@ -74,9 +75,10 @@ WaitResult WaitFdMicros(int fd, int wake_fd, int64_t timeout_us) {
   timespec ts{static_cast<time_t>(timeout_us / 1000000),
               static_cast<long>(timeout_us % 1000000) * 1000};
   const int n = ppoll(fds, wake_fd >= 0 ? 2 : 1, timeout_us < 0 ? nullptr : &ts, nullptr);
-  if (n == 0) return WaitResult::kTimeout;
-  if (n > 0 && wake_fd >= 0 && (fds[1].revents & POLLIN)) return WaitResult::kWoken;
-  return WaitResult::kReady;  // readable, hung up, or EINTR: the caller's read tells
+  // EINTR counts as a timeout: the caller looks again, and never blocks in a read for nothing.
+  if (n <= 0) return WaitResult::kTimeout;
+  if (wake_fd >= 0 && (fds[1].revents & POLLIN)) return WaitResult::kWoken;
+  return WaitResult::kReady;  // readable, or hung up / failed: the caller's read tells
 }
 
 bool PeerHungUp(int fd) {
@@ -217,9 +219,13 @@ absl::Status NcclOutbound::Issue(const std::shared_ptr<Transfer>& t) {
   // Non-blocking: the group may still be connecting (the first send to a peer sets up its
   // channels); the communicator must be ready before the next NCCL call.
   const int fd = fd_.get();
-  return WaitComm(
-      comm_, Clock::now() + std::chrono::milliseconds(timeout_ms_),
-      [fd, this] { return PeerGone(fd, peer_); }, "queueing ncclSend");
+  const int wait_ms = connected_ ? timeout_ms_ : SetupTimeoutMs(timeout_ms_);
+  DQ_RETURN_IF_ERROR(WaitComm(
+      comm_, Clock::now() + std::chrono::milliseconds(wait_ms),
+      [fd, this] { return PeerGone(fd, peer_); }, "queueing ncclSend"));
+  connected_ = true;
+  in_flight_.back().issued = Clock::now();  // the ack is due timeout_ms after this
+  return absl::OkStatus();
 }
 
 absl::Status NcclOutbound::ReadAck() {
