@@ -21,7 +21,6 @@ model=${SMOLLM2:-$PWD/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 out=${OUT:-/tmp/dq-serve-nccl}
 prefill_device=${DQ_PREFILL_DEVICE:-cuda:0}
 decode_device=${DQ_DECODE_DEVICE:-cuda:1}
-device=$decode_device
 ref_device=${DQ_REF_DEVICE:-cuda}
 mkdir -p "$out"
 for b in dqserve dq-router dq-prefill dq-decode; do
