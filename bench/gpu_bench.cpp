@@ -324,8 +324,11 @@ absl::StatusOr<nlohmann::json> RunFormat(const ModelConfig& c, const Format& f, 
 int Main(int argc, char** argv) {
   CLI::App app{"dq-bench-gpu: CUDA decode/prefill speed on a Qwen3-4B-shaped random model"};
   Options o;
-  app.add_option("--decode-formats", o.decode_formats, "formats for the decode runs");
-  app.add_option("--prefill-formats", o.prefill_formats, "formats for the prefill runs");
+  // expected(0, -1): a flag with no values turns that phase off (e.g. --prefill-formats).
+  app.add_option("--decode-formats", o.decode_formats, "formats for the decode runs")
+      ->expected(0, -1);
+  app.add_option("--prefill-formats", o.prefill_formats, "formats for the prefill runs")
+      ->expected(0, -1);
   app.add_option("--batches", o.batches, "decode batch sizes");
   app.add_option("--prefill-lengths", o.prefill_lengths, "prompt lengths");
   app.add_option("--steps", o.steps, "timed decode steps");
