@@ -1,9 +1,12 @@
 // dq-prefill: the prefill worker. Loads one model in its prefill compute mode, serves
 // dqserve.v1.PrefillWorker over gRPC, and writes each prompt's KV into the decode worker's lease.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -21,6 +24,8 @@ struct Flags {
   std::string transports = "tcp";
   int kv_capacity = 0;
   std::string log_level = "info";
+  std::string odp_source = "disk";
+  std::string odp_image_dir;
 };
 
 void AddFlags(CLI::App& app, Flags& f) {
@@ -56,6 +61,19 @@ void AddFlags(CLI::App& app, Flags& f) {
           },
           "cpu|cuda|cuda:N"))
       ->capture_default_str();
+  // Offloaded disaggregated prefill (docs/odp.md): on a GPU shared with the decode worker.
+  app.add_option("--odp-resident-weights", f.model.odp_resident_weights,
+                 "ODP: keep this (decode) checkpoint resident for short prompts and stream "
+                 "--weights layer by layer for long ones");
+  app.add_option("--odp-crossover", f.model.odp.crossover_tokens,
+                 "ODP: prompts of this many tokens or more stream (0: measure at start-up)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--odp-slots", f.model.odp.slots, "ODP: device slots for streamed layers")
+      ->check(CLI::Range(2, 64));
+  app.add_option("--odp-source", f.odp_source, "ODP: disk (an image file) or host (pinned)")
+      ->check(CLI::IsMember({"disk", "host"}));
+  app.add_option("--odp-image-dir", f.odp_image_dir,
+                 "ODP: where the image file is written (default: the temp folder)");
   app.add_option("--io-timeout-ms", f.server.io_timeout_ms,
                  "how long a KV transfer may make no progress before it fails")
       ->check(CLI::PositiveNumber)
@@ -90,6 +108,15 @@ int Run(Flags& f) {
   // calls no per-layer KV hook.
   f.model.max_batch_tokens = std::max(f.server.token_budget, 8192);
   f.model.device_graphs = false;
+  if (!f.model.odp_resident_weights.empty()) {
+    f.model.odp.enabled = true;
+    f.model.odp.pinned_host = f.odp_source == "host";
+    const std::filesystem::path dir = f.odp_image_dir.empty()
+                                          ? std::filesystem::temp_directory_path()
+                                          : std::filesystem::path(f.odp_image_dir);
+    f.model.odp.image_path =
+        (dir / ("dq-odp-prefill-" + std::to_string(::getpid()) + ".img")).string();
+  }
   auto model = dq::worker::LoadPhaseModel(f.model);
   if (!model.ok()) {
     spdlog::error("dq-prefill: {}", model.status().ToString());

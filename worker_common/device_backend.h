@@ -3,7 +3,9 @@
 // asking for a GPU is an error that says how to get one; so the workers need no #ifdef.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <string>
 
 #include "common/device_spec.h"
 #include "common/status.h"
@@ -12,6 +14,18 @@
 
 namespace dq::worker {
 
+// Offloaded disaggregated prefill on the worker's GPU (docs/odp.md, engine/cuda/odp_backend.h):
+// the runner's decode-phase weights stay resident and prefill short passes, its prefill weights
+// are streamed per pass from an image file (or pinned host memory) for passes of at least
+// crossover_tokens tokens.
+struct OdpBackendOptions {
+  bool enabled = false;
+  int64_t crossover_tokens = 0;  // 0: measured at start-up
+  int slots = 2;
+  bool pinned_host = false;  // else the image file at image_path
+  std::string image_path;
+};
+
 struct DeviceBackendOptions {
   // Most tokens in one forward pass (prefill: the token budget); 0: the backend's default. The
   // decode worker keeps the default: its captured steps must find their scratch reserved.
@@ -19,6 +33,7 @@ struct DeviceBackendOptions {
   // Whether decode steps may be replayed as CUDA graphs. A replayed step calls no per-layer
   // hook, so the prefill worker (whose one-token chunks look like decode steps) turns them off.
   bool graphs = true;
+  OdpBackendOptions odp;
 };
 
 // Whether this binary has the CUDA backend.

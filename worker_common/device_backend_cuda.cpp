@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/cuda/cuda_model.h"
+#include "engine/cuda/odp_backend.h"
 #include "worker_common/completion_thread.h"
 #include "worker_common/device_backend.h"
 
@@ -50,6 +51,10 @@ class DeviceBoundModel final : public ForwardModel {
   }
 
   const cuda::CudaDecoderModel& cuda_model() const {
+    // ODP: both sides run on the resident model's stream and KV cache.
+    if (const auto* odp = dynamic_cast<const OdpForwardModel*>(inner_.get())) {
+      return static_cast<const cuda::CudaDecoderModel&>(odp->resident());
+    }
     return static_cast<const cuda::CudaDecoderModel&>(*inner_);
   }
 
@@ -241,6 +246,15 @@ absl::StatusOr<BackendFactory> BackendForDevice(const DeviceSpec& device,
   if (options.max_batch_tokens > 0) co.max_batch_tokens = options.max_batch_tokens;
   co.use_graphs = options.graphs;
   BackendFactory inner = cuda::CudaBackendFactory(co);
+  if (options.odp.enabled) {
+    cuda::OdpOptions odp;
+    odp.crossover_tokens = options.odp.crossover_tokens;
+    odp.stream.slots = options.odp.slots;
+    odp.stream.source =
+        options.odp.pinned_host ? cuda::WeightSource::kPinnedHost : cuda::WeightSource::kFile;
+    odp.stream.image_path = options.odp.image_path;
+    inner = cuda::OdpBackendFactory(co, odp);
+  }
   const int index = device.index;
   return BackendFactory([inner, index](const DecoderModel& prefill, const DecoderModel& decode,
                                        const KvCacheOptions& kv) -> absl::StatusOr<BackendModels> {

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "engine/model/odp_policy.h"
 #include "worker_common/device_backend.h"
 
 namespace dq::worker {
@@ -25,13 +26,27 @@ std::string StorageScheme(const Model& model) {
   return best;
 }
 
+// ODP's resident weights, checked against the streamed ones before anything is uploaded.
+absl::StatusOr<std::unique_ptr<Model>> LoadOdpResident(const PhaseModelOptions& o,
+                                                       const PhaseModel& pm) {
+  if (!pm.device.cuda || !pm.weights || o.odp_resident_weights.empty()) {
+    return absl::InvalidArgumentError(
+        "ODP needs --device cuda[:N], --weights (the streamed prefill checkpoint) and "
+        "--odp-resident-weights (the decode checkpoint kept on the GPU)");
+  }
+  DQ_ASSIGN_OR_RETURN(std::unique_ptr<Model> r, LoadModel(o.odp_resident_weights));
+  DQ_RETURN_IF_ERROR(CheckOdpConfigs(pm.weights->config, r->config));
+  DQ_RETURN_IF_ERROR(CheckOdpTokenizers(pm.weights->tokenizer, r->tokenizer));
+  return r;
+}
+
 absl::StatusOr<std::unique_ptr<PhaseModel>> LoadPhaseModel(const PhaseModelOptions& o) {
   if (o.model.empty()) return absl::InvalidArgumentError("give --model (a .gguf file or HF dir)");
   auto pm = std::make_unique<PhaseModel>();
   DQ_ASSIGN_OR_RETURN(pm->device, ParseDeviceSpec(o.device));
-  DQ_ASSIGN_OR_RETURN(
-      BackendFactory backend,
-      BackendForDevice(pm->device, DeviceBackendOptions{o.max_batch_tokens, o.device_graphs}));
+  DQ_ASSIGN_OR_RETURN(BackendFactory backend,
+                      BackendForDevice(pm->device, DeviceBackendOptions{o.max_batch_tokens,
+                                                                        o.device_graphs, o.odp}));
   DQ_ASSIGN_OR_RETURN(pm->model, LoadModel(o.model));
   if (!o.weights.empty() && o.weights != o.model) {
     DQ_ASSIGN_OR_RETURN(pm->weights, LoadModel(o.weights));
@@ -54,7 +69,16 @@ absl::StatusOr<std::unique_ptr<PhaseModel>> LoadPhaseModel(const PhaseModelOptio
     ro.kv_capacity = std::max(o.kv_capacity_contexts * w.config.max_context, o.min_kv_tokens);
   }
   const PhaseWeights phase{w.checkpoint.get(), &w.config, pm->mode};
-  DQ_ASSIGN_OR_RETURN(pm->runner, ModelRunner::Create(phase, phase, ro));
+  if (o.odp.enabled) {
+    // The streamed prefill checkpoint is the prefill phase; the resident one decodes (and
+    // prefills short prompts).
+    DQ_ASSIGN_OR_RETURN(pm->odp_resident, LoadOdpResident(o, *pm));
+    const Model& r = *pm->odp_resident;
+    const PhaseWeights resident{r.checkpoint.get(), &r.config, ComputeMode::kWeightOnly};
+    DQ_ASSIGN_OR_RETURN(pm->runner, ModelRunner::Create(phase, resident, ro));
+  } else {
+    DQ_ASSIGN_OR_RETURN(pm->runner, ModelRunner::Create(phase, phase, ro));
+  }
   DQ_ASSIGN_OR_RETURN(pm->kv_staging, CreateKvStaging(*pm->runner, pm->device));
   return pm;
 }

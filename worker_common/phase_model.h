@@ -10,6 +10,7 @@
 #include "engine/model/model_loader.h"
 #include "engine/model/model_runner.h"
 #include "engine/quant/weight_codec.h"
+#include "worker_common/device_backend.h"
 #include "worker_common/kv_staging.h"
 
 namespace dq::worker {
@@ -35,11 +36,17 @@ struct PhaseModelOptions {
   // decode steps may be replayed as CUDA graphs (see DeviceBackendOptions).
   int max_batch_tokens = 0;
   bool device_graphs = true;
+  // Offloaded disaggregated prefill (a prefill worker sharing its GPU, docs/odp.md): with
+  // odp.enabled, `odp_resident_weights` (the decode checkpoint) is held resident and prefills
+  // short prompts, and `weights` is streamed per pass for long ones.
+  OdpBackendOptions odp;
+  std::string odp_resident_weights;
 };
 
 struct PhaseModel {
-  std::unique_ptr<Model> model;    // tokenizer, chat template, config
-  std::unique_ptr<Model> weights;  // set when the phase has its own checkpoint
+  std::unique_ptr<Model> model;         // tokenizer, chat template, config
+  std::unique_ptr<Model> weights;       // set when the phase has its own checkpoint
+  std::unique_ptr<Model> odp_resident;  // ODP: the resident (decode) weights
   ComputeMode mode = ComputeMode::kWeightOnly;
   std::string scheme;  // e.g. "Q4_1:weight_only", "nvfp4:w4a4", "bf16:weight_only"
   std::unique_ptr<ModelRunner> runner;

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # ODP's start-up checks through the CLI (docs/odp.md): a prefill checkpoint that cannot share the
 # decode model's KV cache or tokenizer is refused with a clear error before any device work (so
-# this runs without a GPU), and `dqserve up` checks the [odp] keys and refuses odp = true until
-# the worker processes serve it.
+# this runs without a GPU); `dqserve up` checks the [odp] keys; dq-prefill takes the ODP flags.
 source "$(dirname "$0")/lib.sh"
 QWEN_TOK=$SRC/tests/golden/tokenizer/qwen-style/tokenizer.json
 
@@ -35,29 +34,32 @@ expect_error "prefill checkpoint with another tokenizer" "tokenizer differs .*to
 expect_error "--odp without a prefill checkpoint" "odp streams --prefill-weights" \
   "$BIN/dqserve" generate --device cuda --odp --model "$TINY" --prompt hi
 
-# dqserve up: the [odp] keys are checked, and odp = true is refused (exit 2) with a pointer.
+# dqserve up: the [odp] keys are checked before anything starts (exit 2).
 cat >"$TMP/odp.toml" <<EOF2
 model = "$TINY"
 odp = true
 [prefill]
-weights = "$TINY"
 device = "cuda:0"
 [decode]
 device = "cuda:0"
 EOF2
 "$BIN/dqserve" up --config "$TMP/odp.toml" >"$TMP/up_out" 2>"$TMP/up_err"
 rc=$?
-if [ $rc -eq 2 ] && grep -q "dqserve generate --device cuda --odp" "$TMP/up_err"; then
-  pass "up refuses odp = true: $(cat "$TMP/up_err")"
-else
-  fail "up with odp = true: rc $rc, $(cat "$TMP/up_err")"
-fi
-sed -i 's/^weights = .*//' "$TMP/odp.toml"
-"$BIN/dqserve" up --config "$TMP/odp.toml" >"$TMP/up_out" 2>"$TMP/up_err"
-rc=$?
 if [ $rc -eq 2 ] && grep -q "set \[prefill\] weights" "$TMP/up_err"; then
   pass "up: odp without prefill weights: $(cat "$TMP/up_err")"
 else
   fail "up: odp without prefill weights: rc $rc, $(cat "$TMP/up_err")"
+fi
+
+# dq-prefill takes the ODP flags `dqserve up` passes, and refuses them off the GPU.
+if [ -x "$BIN/dq-prefill" ]; then
+  "$BIN/dq-prefill" --model "$TINY" --weights "$TMP/swapped-tokens" --odp-resident-weights "$TINY" \
+    --device cpu --port 1 >"$TMP/pf_out" 2>&1
+  rc=$?
+  if [ $rc -eq 1 ] && grep -q "ODP needs --device cuda" "$TMP/pf_out"; then
+    pass "dq-prefill --odp-resident-weights on the CPU: $(grep -o 'ODP needs[^;]*' "$TMP/pf_out" | head -1)"
+  else
+    fail "dq-prefill --odp-resident-weights on the CPU: rc $rc, $(tail -3 "$TMP/pf_out")"
+  fi
 fi
 finish

@@ -66,6 +66,22 @@ std::vector<std::string> PhaseArgs(const DeployConfig& c, const PhaseConfig& p,
   return a;
 }
 
+// odp = true: the prefill worker also holds the decode weights (resident, for short prompts) and
+// streams its own [prefill] weights for long ones (docs/odp.md).
+std::vector<std::string> OdpArgs(const DeployConfig& c) {
+  if (!c.odp.enabled) return {};
+  std::vector<std::string> a = {"--odp-resident-weights",
+                                c.decode.weights.empty() ? c.model : c.decode.weights,
+                                "--odp-crossover",
+                                std::to_string(c.odp.crossover_tokens),
+                                "--odp-slots",
+                                std::to_string(c.odp.slots),
+                                "--odp-source",
+                                c.odp.source};
+  if (!c.odp.image_dir.empty()) a.insert(a.end(), {"--odp-image-dir", c.odp.image_dir});
+  return a;
+}
+
 std::vector<ChildSpec> Children(const DeployConfig& c, const std::string& log_level) {
   ChildSpec decode{"decode", {SiblingBinary("dq-decode")}, {}};
   for (auto& s : PhaseArgs(c, c.decode, log_level)) decode.argv.push_back(s);
@@ -78,6 +94,7 @@ std::vector<ChildSpec> Children(const DeployConfig& c, const std::string& log_le
       prefill.argv.end(),
       {"--transports", c.transfer.backend, "--token-budget", std::to_string(c.prefill.token_budget),
        "--io-timeout-ms", std::to_string(c.transfer.io_timeout_ms)});
+  for (auto& s : OdpArgs(c)) prefill.argv.push_back(s);
   const RouterConfig& r = c.router;
   ChildSpec router{"router",
                    {SiblingBinary("dq-router"),
@@ -162,14 +179,6 @@ int RunUp(const UpOptions& o) {
   absl::StatusOr<DeployConfig> c = ResolveConfig(o);
   if (!c.ok()) {
     std::fprintf(stderr, "dqserve up: %s\n", std::string(c.status().message()).c_str());
-    return 2;
-  }
-  if (c->odp.enabled) {
-    // The config is checked (deploy_config.h), but dq-prefill has no ODP backend option yet
-    // (docs/odp.md, "Serving"): refuse rather than serve without it.
-    std::fprintf(stderr,
-                 "dqserve up: odp = true is not served by the worker processes yet; run ODP in "
-                 "one process with `dqserve generate --device cuda --odp` (docs/odp.md)\n");
     return 2;
   }
   // Signals are taken synchronously (sigtimedwait), so block them before any thread starts.
