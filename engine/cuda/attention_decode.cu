@@ -16,8 +16,7 @@ namespace {
 // in the loop; the math is tensor-core mma.sync with the group's query heads as rows of a 16-row
 // A operand: S = Q K^T, then a single-pass online softmax (exp2, log2-domain state), O += P V
 // with P split into bf16 hi + lo parts (fp32-grade probabilities at no memory cost). The warps'
-// states merge through shared memory; the last partition of a (sequence, kv head) to finish
-// merges the partitions (an arrival counter in the workspace), so a step is one kernel.
+// states merge through shared memory; a second kernel merges the partitions.
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kTileKeys = 16;
@@ -29,17 +28,12 @@ struct Workspace {  // partial (unnormalised) outputs and softmax states (log2 d
   float* out;       // [seqs, heads, splits, head_dim]
   float* max;       // [seqs, heads, splits]
   float* sum;       // [seqs, heads, splits]
-  // Arrivals per (seq, kv head), counted down from the workspace's end so that a (seq, kv head)
-  // has the same counter whatever the batch size (each captured graph carves its own layout
-  // from the front). Zero between launches: the last block of a group resets its counter.
-  int* arrivals_end;
 };
 
-Workspace Carve(void* base, size_t bytes, int seqs, int heads, int head_dim, int splits) {
+Workspace Carve(void* base, int seqs, int heads, int head_dim, int splits) {
   float* f = static_cast<float*>(base);
   const int64_t states = int64_t{seqs} * heads * splits;
-  return {f, f + states * head_dim, f + states * head_dim + states,
-          reinterpret_cast<int*>(static_cast<char*>(base) + bytes / 4 * 4)};
+  return {f, f + states * head_dim, f + states * head_dim + states};
 }
 
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
@@ -98,36 +92,6 @@ __device__ __forceinline__ int DecodePartLen(int ctx, int grid_splits) {
   const int n = min(grid_splits, max(1, (ctx + kMinPartKeys - 1) / kMinPartKeys));
   const int part = (ctx + n - 1) / n;
   return (part + kTileKeys - 1) / kTileKeys * kTileKeys;
-}
-
-// Merges a block's warp states (in shared memory) into this partition's output: the final
-// output when the context is one partition, else the partition's partials in the workspace.
-template <int kHeadDim>
-__device__ __forceinline__ void MergeWarps(const DecodeAttentionArgs& a, const Workspace& ws,
-                                           const float* red_o, const float* red_m,
-                                           const float* red_l, int seq, int kvh, int group,
-                                           int split, int splits, int num_splits) {
-  for (int idx = threadIdx.x; idx < group * kHeadDim; idx += kThreads) {
-    const int j = idx / kHeadDim, d = idx % kHeadDim;
-    float m = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, red_m[w * 8 + j]);  // finite: warp 0 ran
-    float l = 0.0f, acc = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float f = exp2f(red_m[w * 8 + j] - m);  // 0 for a warp without tiles
-      l += red_l[w * 8 + j] * f;
-      acc += red_o[(w * 8 + j) * kHeadDim + d] * f;
-    }
-    const int h = kvh * group + j;
-    if (num_splits == 1) {
-      a.out[(int64_t{seq} * a.num_heads + h) * kHeadDim + d] = __float2bfloat16(acc / l);
-    } else {
-      const int64_t state = (int64_t{seq} * a.num_heads + h) * splits + split;
-      ws.out[state * kHeadDim + d] = acc;
-      if (d == 0) ws.max[state] = m, ws.sum[state] = l;
-    }
-  }
 }
 
 template <int kHeadDim, int kStages>
@@ -298,34 +262,49 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   const int num_splits = (ctx + part_len - 1) / part_len;
-  MergeWarps<kHeadDim>(a, ws, red_o, red_m, red_l, seq, kvh, group, split, splits, num_splits);
-  if (num_splits == 1) return;
-  // The last of this (seq, kv head)'s partitions to finish merges them all (no second kernel):
-  // each block publishes its partials, then counts itself in.
-  __threadfence();
-  __syncthreads();
-  __shared__ bool last;
-  if (threadIdx.x == 0) {
-    int* arrivals = ws.arrivals_end - 1 - (seq * c.num_kv_heads + kvh);
-    last = atomicAdd(arrivals, 1) == num_splits - 1;
-    if (last) *arrivals = 0;  // ready for the next launch (every partition has arrived)
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
   for (int idx = threadIdx.x; idx < group * kHeadDim; idx += kThreads) {
-    const int h = kvh * group + idx / kHeadDim, d = idx % kHeadDim;
-    const int64_t state0 = (int64_t{seq} * a.num_heads + h) * splits;
+    const int j = idx / kHeadDim, d = idx % kHeadDim;
     float m = -INFINITY;
-    for (int s = 0; s < num_splits; ++s) m = fmaxf(m, __ldcg(ws.max + state0 + s));
-    float l = 0.0f, o_acc = 0.0f;
-    for (int s = 0; s < num_splits; ++s) {
-      const float w = exp2f(__ldcg(ws.max + state0 + s) - m);
-      l += __ldcg(ws.sum + state0 + s) * w;
-      o_acc += __ldcg(ws.out + (state0 + s) * kHeadDim + d) * w;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, red_m[w * 8 + j]);  // finite: warp 0 ran
+    float l = 0.0f, acc = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float f = exp2f(red_m[w * 8 + j] - m);  // 0 for a warp without tiles
+      l += red_l[w * 8 + j] * f;
+      acc += red_o[(w * 8 + j) * kHeadDim + d] * f;
     }
-    a.out[(int64_t{seq} * a.num_heads + h) * kHeadDim + d] = __float2bfloat16(o_acc / l);
+    const int h = kvh * group + j;
+    if (num_splits == 1) {
+      a.out[(int64_t{seq} * a.num_heads + h) * kHeadDim + d] = __float2bfloat16(acc / l);
+    } else {
+      const int64_t state = (int64_t{seq} * a.num_heads + h) * splits + split;
+      ws.out[state * kHeadDim + d] = acc;
+      if (d == 0) ws.max[state] = m, ws.sum[state] = l;
+    }
   }
+}
+
+// Block (head, seq), one thread per output dim: merges the partitions' softmax states.
+__global__ void DecodeReduceKernel(DecodeAttentionArgs a, Workspace ws, int splits, int head_dim,
+                                   int grid_splits) {
+  detail::PdlWait();
+  detail::PdlTrigger();
+  const int seq = blockIdx.y, h = blockIdx.x, d = threadIdx.x;
+  const int ctx = a.context_lens[seq], part_len = DecodePartLen(ctx, grid_splits);
+  const int num_splits = (ctx + part_len - 1) / part_len;
+  if (num_splits <= 1) return;  // written by the split kernel
+  const int64_t state0 = (int64_t{seq} * a.num_heads + h) * splits;
+  float m = -INFINITY;
+  for (int s = 0; s < num_splits; ++s) m = fmaxf(m, ws.max[state0 + s]);
+  float l = 0.0f, o = 0.0f;
+#pragma unroll 4
+  for (int s = 0; s < num_splits; ++s) {
+    const float w = exp2f(ws.max[state0 + s] - m);
+    l += ws.sum[state0 + s] * w;
+    o += ws.out[(state0 + s) * head_dim + d] * w;
+  }
+  a.out[(int64_t{seq} * a.num_heads + h) * head_dim + d] = __float2bfloat16(o / l);
 }
 
 // Partition length (a multiple of kDecodePartition): the fewest partitions that keep every SM's
@@ -362,13 +341,14 @@ void Launch(const DecodeAttentionArgs& a, const KvCacheLayer& c, cudaStream_t st
   }();
   const int part_len = PartitionLen(a.num_seqs, c.num_kv_heads, a.max_context, slots);
   const int splits = MaxSplits(a.max_context);  // workspace stride (>= partitions used)
-  const Workspace ws =
-      Carve(a.workspace, a.workspace_bytes, a.num_seqs, a.num_heads, kHeadDim, splits);
+  const Workspace ws = Carve(a.workspace, a.num_seqs, a.num_heads, kHeadDim, splits);
   // The grid: as many partitions as fill the GPU for max_context; a shorter context is cut into
   // as many (DecodePartLen), never fewer keys than kMinPartKeys each.
   const int grid_splits = (a.max_context + part_len - 1) / part_len;
   const dim3 grid(grid_splits, c.num_kv_heads, a.num_seqs);
   detail::LaunchPdl(kernel, grid, kThreads, kSmem, stream, a, c, ws, splits);
+  detail::LaunchPdl(DecodeReduceKernel, dim3(a.num_heads, a.num_seqs), kHeadDim, 0, stream, a, ws,
+                    splits, kHeadDim, grid_splits);
 }
 
 // Ring depth: 3 stages (two blocks per SM; measured best) unless DQ_DECODE_STAGES=4 (tuning).
@@ -383,8 +363,7 @@ void LaunchStages(const DecodeAttentionArgs& a, const KvCacheLayer& c, cudaStrea
 
 size_t DecodeAttentionWorkspaceBytes(int num_seqs, int num_heads, int head_dim, int max_context) {
   const size_t states = size_t(num_seqs) * num_heads * MaxSplits(max_context);
-  // + one arrival counter per (seq, kv head) <= (seq, head), at the end.
-  return states * (head_dim + 2) * sizeof(float) + size_t(num_seqs) * num_heads * sizeof(int);
+  return states * (head_dim + 2) * sizeof(float);
 }
 
 void DecodeAttentionForward(const DecodeAttentionArgs& args, const KvCacheLayer& cache,

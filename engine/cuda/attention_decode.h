@@ -29,11 +29,9 @@ struct DecodeAttentionArgs {
   const int32_t* context_lens = nullptr;  // [seqs], each in [1, max_context]
   int num_seqs = 0;
   int num_heads = 0;
-  int max_context = 0;  // host-side bound on context_lens: sizes the grid and workspace
-  float scale = 0.0f;   // 0: 1 / sqrt(head_dim)
-  // DecodeAttentionWorkspaceBytes(...) bytes, zero-filled before its first use (it holds
-  // arrival counters, which every launch leaves at zero again).
-  void* workspace = nullptr;
+  int max_context = 0;        // host-side bound on context_lens: sizes the grid and workspace
+  float scale = 0.0f;         // 0: 1 / sqrt(head_dim)
+  void* workspace = nullptr;  // DecodeAttentionWorkspaceBytes(...) bytes
   size_t workspace_bytes = 0;
 };
 

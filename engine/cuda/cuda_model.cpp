@@ -217,7 +217,6 @@ void CudaDecoderModel::AllocateWorkspace() {
   b.logits = DeviceBuffer(b.cap_rows * static_cast<int64_t>(c.vocab_size) * 4);
   b.decode_ws = DeviceBuffer(DecodeAttentionWorkspaceBytes(
       std::max(options_.max_graph_batch, kMaxDecodeSeqs), c.num_heads, c.head_dim, c.max_context));
-  CUDA_CHECK(cudaMemset(b.decode_ws.get(), 0, b.decode_ws.bytes()));  // arrival counters
 }
 
 absl::Status CudaDecoderModel::ShareWorkspace(const CudaDecoderModel& peer) {

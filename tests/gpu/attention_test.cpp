@@ -195,7 +195,6 @@ void CheckDecode(const Shape& s, const std::vector<int>& ctx, int max_context) {
   const size_t ws_bytes =
       DecodeAttentionWorkspaceBytes(static_cast<int>(n), s.heads, s.head_dim, max_context);
   DeviceBuffer d_ws(ws_bytes);
-  CUDA_CHECK(cudaMemset(d_ws.get(), 0, ws_bytes));
   DecodeAttentionArgs a;
   a.q = d_q.get<__nv_bfloat16>();
   a.out = d_out.get<__nv_bfloat16>();

@@ -105,7 +105,6 @@ std::string DecodeTiming(int seqs, int ctx, const char* stages) {
   DeviceBuffer d_lens = DeviceBuffer::From(lens);
   const size_t ws_bytes = DecodeAttentionWorkspaceBytes(seqs, kHeads, kHeadDim, ctx);
   DeviceBuffer ws(ws_bytes);
-  CUDA_CHECK(cudaMemset(ws.get(), 0, ws_bytes));
   DecodeAttentionArgs a;
   a.q = q.get<__nv_bfloat16>();
   a.out = out.get<__nv_bfloat16>();
