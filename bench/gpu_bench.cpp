@@ -336,6 +336,8 @@ int Main(int argc, char** argv) {
   app.add_option("--out", o.out, "JSON results");
   app.add_flag("--profile", o.profile, "per-kernel device time of decode steps / 8K prefills");
   CLI11_PARSE(app, argc, argv);
+  std::erase(o.decode_formats, std::string());  // a bare flag may leave one empty value
+  std::erase(o.prefill_formats, std::string());
   const ModelConfig c = Qwen3_4B();
   nlohmann::json out = {{"model", "Qwen3-4B shape, random weights"},
                         {"runs", nlohmann::json::array()}};
