@@ -205,13 +205,46 @@ __device__ int32_t DrawInIdOrder(int n, ProbFn prob, double u, double* dscratch,
   return neg_last == kNoId ? 0 : -neg_last;
 }
 
+// (value, id) with the larger value, the lower id on a tie.
+__device__ __forceinline__ void KeepBest(float& best, int32_t& id, float v, int32_t i) {
+  if (v > best || (v == best && i < id)) best = v, id = i;
+}
+
+// Greedy pick: BlockArgmax's answer (the lowest id of the row's maximum > -inf) in one pass over
+// the row, kUnroll independent loads in flight per thread: the two dependent passes took 69 us
+// per step on a 151,936-token vocabulary (H200 profile), this is a few.
 __global__ void __launch_bounds__(kThreads) ArgmaxKernel(LogitsView v, int32_t* out) {
+  constexpr int kUnroll = 8;
   __shared__ float fs[kWarps];
   __shared__ int32_t is[kWarps];
   const Row row{v.f32 ? v.f32 + blockIdx.x * v.row_stride : nullptr,
                 v.bf16 ? v.bf16 + blockIdx.x * v.row_stride : nullptr, v.vocab, 1.0f};
-  const int32_t id = BlockArgmax(row, fs, is);
-  if (threadIdx.x == 0) out[blockIdx.x] = id == kNoId ? 0 : id;
+  float best = -INFINITY;
+  int32_t id = kNoId;
+  int i = threadIdx.x;
+  for (; i + (kUnroll - 1) * kThreads < row.vocab; i += kUnroll * kThreads) {
+    float x[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) x[u] = row(i + u * kThreads);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (x[u] > best) best = x[u], id = i + u * kThreads;  // ids rise: keeps the first
+    }
+  }
+  for (; i < row.vocab; i += kThreads) {
+    const float x = row(i);
+    if (x > best) best = x, id = i;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    KeepBest(best, id, __shfl_xor_sync(0xffffffffu, best, o), __shfl_xor_sync(0xffffffffu, id, o));
+  }
+  if ((threadIdx.x & 31) == 0) fs[threadIdx.x >> 5] = best, is[threadIdx.x >> 5] = id;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kWarps; ++w) KeepBest(best, id, fs[w], is[w]);
+    out[blockIdx.x] = id == kNoId ? 0 : id;
+  }
 }
 
 __device__ __forceinline__ unsigned long long Fixed(float p) {
