@@ -17,12 +17,16 @@
 // streaming every KW-th chunk through its own cp.async ring; partial sums meet in shared memory.
 // The ring's first chunks are requested before griddepcontrol.wait, so the weight stream starts
 // while the previous kernel drains.
+#include <cooperative_groups.h>
+
 #include <cstdlib>
 
 #include "engine/cuda/weight_only_kernels.cuh"
 
 namespace dq::cuda::wo {
 namespace {
+
+namespace cg = cooperative_groups;
 
 constexpr int kTileWarps = 8;
 
@@ -231,21 +235,19 @@ __device__ __forceinline__ void ChunkMma(const uint4 q, const uint2 (&sz)[TileSh
   }
 }
 
-template <int kBits, int kStages, int kWarps>
-__global__ void __launch_bounds__(kWarps * 32) IntTileRingKernel(const TileParams p) {
+// One warp's part of a tile: its chunks kw, kw + kw_n, ... (n_my of them) streamed through its
+// kStages-deep ring at `ring_smem` (this warp's), summed into acc. Waits for the previous kernel
+// (griddepcontrol.wait) after requesting its first chunks.
+template <int kBits, int kStages>
+__device__ __forceinline__ void StreamTileChunks(const TileParams& p, int64_t tile, int kw,
+                                                 int kw_n, int n_my, unsigned char* ring_smem,
+                                                 float acc[4]) {
   using S = TileShape<kBits>;
   using L = RingLayout<kBits>;
-  extern __shared__ __align__(16) unsigned char ring_smem[];
-  GridDepLaunch();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int kw_n = 1 << p.kw_shift, kw = warp & (kw_n - 1);
-  const int64_t tile = int64_t{blockIdx.x} * (kWarps >> p.kw_shift) + (warp >> p.kw_shift);
-  const bool live = tile < p.tiles;
+  const int lane = threadIdx.x & 31;
   const int nchunks = static_cast<int>(p.in / S::kChunkK);
-  const int n_my = live && kw < nchunks ? (nchunks - kw + kw_n - 1) / kw_n : 0;
   const int64_t ngroups = p.in >> p.group_shift;
-  const uint32_t warp_ring =
-      static_cast<uint32_t>(__cvta_generic_to_shared(ring_smem)) + warp * kStages * L::kStageBytes;
+  const uint32_t warp_ring = static_cast<uint32_t>(__cvta_generic_to_shared(ring_smem));
   LaneStream<kBits> in;
   in.code = p.codes + ((tile * nchunks + kw) * 32 + lane) * 16;
   in.scales = p.scales + (tile * ngroups * 8 + (lane >> 2)) * 2;
@@ -266,9 +268,8 @@ __global__ void __launch_bounds__(kWarps * 32) IntTileRingKernel(const TileParam
   const __nv_bfloat16* xp =
       p.x + int64_t{g < p.m ? g : 0} * p.in + int64_t{kw} * S::kChunkK + 16 * t;
   const int x_step = kw_n * S::kChunkK;
-  const unsigned char* lane_code = ring_smem + warp * kStages * L::kStageBytes + lane * 16;
-  const unsigned char* lane_scale = ring_smem + warp * kStages * L::kStageBytes + 512 + lane * 8;
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const unsigned char* lane_code = ring_smem + lane * 16;
+  const unsigned char* lane_scale = ring_smem + 512 + lane * 8;
   for (int i0 = 0; i0 < n_my; i0 += kStages) {
 #pragma unroll
     for (int st = 0; st < kStages; ++st) {
@@ -290,6 +291,23 @@ __global__ void __launch_bounds__(kWarps * 32) IntTileRingKernel(const TileParam
     }
   }
   CpAsyncWaitGroup<0>();
+}
+
+template <int kBits, int kStages, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32) IntTileRingKernel(const TileParams p) {
+  using S = TileShape<kBits>;
+  using L = RingLayout<kBits>;
+  extern __shared__ __align__(16) unsigned char ring_smem[];
+  GridDepLaunch();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int kw_n = 1 << p.kw_shift, kw = warp & (kw_n - 1);
+  const int64_t tile = int64_t{blockIdx.x} * (kWarps >> p.kw_shift) + (warp >> p.kw_shift);
+  const bool live = tile < p.tiles;
+  const int nchunks = static_cast<int>(p.in / S::kChunkK);
+  const int n_my = live && kw < nchunks ? (nchunks - kw + kw_n - 1) / kw_n : 0;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  StreamTileChunks<kBits, kStages>(p, live ? tile : 0, kw, kw_n, n_my,
+                                   ring_smem + warp * kStages * L::kStageBytes, acc);
   __shared__ float red[kWarps][32][4];
 #pragma unroll
   for (int e = 0; e < 4; ++e) red[warp][lane][e] = acc[e];
@@ -300,6 +318,51 @@ __global__ void __launch_bounds__(kWarps * 32) IntTileRingKernel(const TileParam
     for (int e = 0; e < 4; ++e) acc[e] += red[warp + k][lane][e];
   }
   StoreTileOutputs(p, tile, lane, acc);
+}
+
+// For matrices with few tiles (Qwen3-4B's o and down: 160 tiles of 16 rows for 132 SMs): one
+// tile per cluster of kCluster CTAs of kWarps warps, each CTA on its own SM streaming every
+// (kCluster x kWarps)-th chunk. With one 16-warp CTA per tile, 28 SMs got two tiles and the
+// kernel took twice a tile's time; small CTAs spread the tiles' chunks evenly. The CTAs' sums
+// meet through distributed shared memory in rank order (deterministic, no atomics).
+template <int kBits, int kStages, int kWarps, int kCluster>
+__global__ void __launch_bounds__(kWarps * 32) IntTileClusterKernel(const TileParams p) {
+  using S = TileShape<kBits>;
+  using L = RingLayout<kBits>;
+  extern __shared__ __align__(16) unsigned char ring_smem[];
+  __shared__ float red[kWarps][32][4];
+  GridDepLaunch();
+  cg::cluster_group cluster = cg::this_cluster();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int64_t tile = blockIdx.x / kCluster;
+  const int kw = rank * kWarps + warp, kw_n = kCluster * kWarps;
+  const int nchunks = static_cast<int>(p.in / S::kChunkK);
+  const int n_my = kw < nchunks ? (nchunks - kw + kw_n - 1) / kw_n : 0;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  StreamTileChunks<kBits, kStages>(p, tile, kw, kw_n, n_my,
+                                   ring_smem + warp * kStages * L::kStageBytes, acc);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) red[warp][lane][e] = acc[e];
+  __syncthreads();
+  if (warp == 0) {
+    for (int k = 1; k < kWarps; ++k) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[e] += red[k][lane][e];
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) red[0][lane][e] = acc[e];
+  }
+  cluster.sync();  // every CTA's sum is in its red[0]
+  if (rank == 0 && warp == 0) {
+    for (int r = 1; r < kCluster; ++r) {
+      const float* peer = cluster.map_shared_rank(&red[0][0][0], r);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[e] += peer[lane * 4 + e];
+    }
+    StoreTileOutputs(p, tile, lane, acc);
+  }
+  cluster.sync();  // keep each CTA's shared memory alive until rank 0 has read it
 }
 
 // One thread per (tile, chunk, lane): its 16 inputs per subchunk of rows g and g + 8, written as
@@ -381,6 +444,19 @@ void LaunchRing(const TileParams& p, dim3 grid, cudaStream_t stream) {
                     stream, p);
 }
 
+template <int kBits, int kStages, int kWarps, int kCluster>
+void LaunchCluster(const TileParams& p, cudaStream_t stream) {
+  constexpr int kSmem = RingSmemBytes<kBits, kStages, kWarps>();
+  auto kernel = IntTileClusterKernel<kBits, kStages, kWarps, kCluster>;
+  static const bool attr = [&] {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    return true;
+  }();
+  (void)attr;
+  detail::LaunchPdlCluster(kernel, dim3(static_cast<unsigned>(p.tiles * kCluster)),
+                           dim3(kWarps * 32), kSmem, kCluster, stream, p);
+}
+
 template <int kBits>
 void RunIntTile(const GemvParams& gp, int m, __nv_bfloat16* dequant_out, cudaStream_t stream) {
   TileParams p;
@@ -403,9 +479,15 @@ void RunIntTile(const GemvParams& gp, int m, __nv_bfloat16* dequant_out, cudaStr
     return;
   }
   constexpr int kStages = kBits == 4 ? 8 : 6;
-  // Few tiles (out = 2560: Qwen3-4B's o and down) and long rows: 16 warps on each tile, one tile
-  // per CTA, so that the rows' bytes still spread over every SM.
+  // Few tiles (out = 2560: Qwen3-4B's o and down) and long rows: 16 warps on each tile, as a
+  // cluster of 4 CTAs of 4 warps (DQ_TILE_CLUSTER=0: one 16-warp CTA), so that the rows' bytes
+  // spread evenly over every SM.
   if (p.tiles < 2 * int64_t{SmCount()} && nchunks >= 16) {
+    static const bool cluster = [] {
+      const char* v = std::getenv("DQ_TILE_CLUSTER");
+      return v == nullptr || v[0] != '0';
+    }();
+    if (cluster) return LaunchCluster<kBits, kStages, 4, 4>(p, stream);
     p.kw_shift = 4;
     return LaunchRing<kBits, kStages, 16>(p, dim3(static_cast<unsigned>(p.tiles)), stream);
   }

@@ -42,6 +42,28 @@ void LaunchPdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cu
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
+// LaunchPdl with thread-block clusters of `cluster` CTAs along x (grid.x a multiple of it).
+template <typename... Params, typename... Args>
+void LaunchPdlCluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                      unsigned cluster, cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = cluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  static const bool pdl = std::getenv("DQ_NO_PDL") == nullptr;
+  cfg.numAttrs = pdl ? 2 : 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
 __device__ __forceinline__ float WarpSum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

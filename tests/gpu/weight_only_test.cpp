@@ -134,6 +134,13 @@ TEST_P(WeightOnlyTest, GemvOddShapeMatchesCpu) {
   CheckGemv(GetParam(), 301, 4352, {1, 8});
 }
 
+// Enough 16-row tiles to fill every SM twice (the int tile GEMV's many-tile path; the shapes
+// above take its few-tile cluster path): 289 tiles, an odd row count, 2560 inputs.
+TEST_P(WeightOnlyTest, GemvManyTilesMatchesCpu) {
+  DQ_REQUIRE_GPU();
+  CheckGemv(GetParam(), 4619, 2560, {1, 3, 8});
+}
+
 // The int4 m = 1 kernels that are not the default (SetWeightOnlyInt4M1Variant), on the shapes
 // above: several chunks per row, an odd row count, more tiles than warps.
 TEST_P(WeightOnlyTest, GemvInt4M1VariantsMatchCpu) {
