@@ -224,8 +224,8 @@ absl::StatusOr<nlohmann::json> RunConfig(const ModelConfig& c, const Config& cfg
     r["slots"] = o.slots;
     r["shared_embedding_lm_head_bytes"] = b.streamed->stats().shared_weight_bytes;
     if (cfg.policy) {
-      const int64_t x = b.router->crossover_tokens();
-      r["calibrated_crossover_tokens"] = x == kOdpNeverStream ? -1 : x;
+      const int64_t crossover = b.router->crossover_tokens();
+      r["calibrated_crossover_tokens"] = crossover == kOdpNeverStream ? -1 : crossover;
     }
   }
   std::vector<bool> modes = {false};

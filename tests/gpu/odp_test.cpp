@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -81,6 +82,7 @@ struct Format {
   ComputeMode mode;
   int group;
 };
+void PrintTo(const Format& f, std::ostream* os) { *os << f.scheme; }
 
 // Random weights in `f`; the embedding and lm_head depend on `seed` only, like two checkpoints
 // of one model keeping them in bf16.
