@@ -3,7 +3,7 @@
 # Qwen3-4B-shaped random model: weight-only prefill on resident int2 / int4 decode weights, ODP
 # (int2 resident + streamed NVFP4 or FP8 prefill image, from the disk cold and warm, or from
 # pinned host memory), resident FP8 for reference, at 128 .. 32K tokens, with device memory per
-# configuration and each figure beside its floor. The images (about 2.3 GB NVFP4, 4 GB FP8) are
+# configuration and each figure beside its floor. The images (about 2.0 GB NVFP4, 3.6 GB FP8) are
 # written by the bench to $ODP_IMAGE_DIR (default: $OUT). Writes $OUT/odp_bench.{json,md}; copy
 # them to bench/results/.
 set -euo pipefail
