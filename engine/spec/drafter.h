@@ -1,7 +1,7 @@
 // The drafter interface of speculative decoding: something cheap that guesses the next few
 // tokens of each sequence, which the target model then verifies in one forward pass. Drafters:
-// NgramDrafter (prompt lookup, no weights); later a self-drafter (the target's weights in a
-// lower-bit format) and a DFlash block-diffusion drafter.
+// NgramDrafter (prompt lookup, no weights), SelfDrafter (the target's architecture on lower-bit
+// weights, with its own KV cache); later a DFlash block-diffusion drafter.
 #pragma once
 
 #include <cstdint>
