@@ -38,4 +38,22 @@ long=$(python3 -c 'print(" ".join(["word"] * 5000))')
 expect_error "prompt longer than context" "context" \
   "$BIN/dqserve" generate --model "$TINY" --prompt "$long"
 expect_error "no prompt" "prompt" "$BIN/dqserve" generate --model "$TINY"
+
+# Speculative decoding with the self drafter: the same greedy text, acceptance on stderr.
+if [ -f "$SMOL" ]; then
+  q="Name three primary colors."
+  plain=$("$BIN/dqserve" generate --model "$SMOL" --prompt "$q" --max-tokens 24 2>/dev/null)
+  spec=$("$BIN/dqserve" generate --model "$SMOL" --prompt "$q" --max-tokens 24 \
+         --speculative self --draft-format int8 --draft-group-size 64 2>"$TMP/spec_err")
+  if [ -n "$plain" ] && [ "$plain" = "$spec" ] && grep -q "speculative self: .* accepted" "$TMP/spec_err"
+  then pass "self drafter: same text as plain"
+  else fail "self drafter: '$spec' vs plain '$plain' / $(cat "$TMP/spec_err")"; fi
+  expect_error "drafter with another tokenizer" "tokenizer" \
+    "$BIN/dqserve" generate --model "$SMOL" --prompt hi --speculative self --draft-weights "$TINY"
+fi
+"$BIN/dqserve" generate --model "$TINY" --prompt hi --speculative self 2>"$TMP/err" >/dev/null
+rc=$?
+[ $rc -eq 2 ] && grep -q "needs exactly one of --draft-format" "$TMP/err" \
+  && pass "self drafter without weights: $(cat "$TMP/err")" \
+  || fail "self drafter without weights (rc $rc): $(cat "$TMP/err")"
 finish
