@@ -93,7 +93,7 @@ for pf in bf16 fp8; do
     for n in $lengths; do for r in 1 2 3; do cat "$work/prompt_$n.txt"; echo; done; done
   } | timeout 900 "$bin/dqserve" generate --model "$work/bf16" --prefill-weights "$work/$pf" \
       --prefill-compute "$(compute_of "$pf")" --device "$gen_dev" --interactive --raw \
-      --max-tokens 1 >"$out/colocated_$pf.out" 2>"$out/colocated_$pf.log" ||
+      --max-tokens 1 --kv-capacity 40960 >"$out/colocated_$pf.out" 2>"$out/colocated_$pf.log" ||
     log "FAIL: colocated $pf: $(tail -c 400 "$out/colocated_$pf.log")"
 done
 

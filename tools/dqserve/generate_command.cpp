@@ -30,6 +30,7 @@ struct GenerateOptions {
   bool interactive = false;
   bool no_think = false;
   int threads = 0;
+  int kv_capacity = 0;  // tokens; 0: the runner's default, min(context, 8192)
   std::string device = "cpu";
   SamplingParams sampling;
   std::string speculative = "none";  // drafter name, or none
@@ -178,6 +179,7 @@ absl::Status RunGenerate(const GenerateOptions& o) {
   DQ_ASSIGN_OR_RETURN(ComputeMode decode_mode, ParseComputeMode(o.decode_compute));
   ModelRunnerOptions ro;
   ro.threads = o.threads;
+  ro.kv_capacity = o.kv_capacity;
   if (o.odp.enabled) {
     if (o.device != "cuda" || !prefill_model) {
       return absl::InvalidArgumentError(
@@ -245,6 +247,9 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   cmd->add_option("--stop", o->sampling.stop, "stop string (repeatable)");
   cmd->add_option("--threads", o->threads, "CPU threads (default: all)");
   cmd->add_option("--device", o->device, "cpu (default) or cuda");
+  cmd->add_option("--kv-capacity", o->kv_capacity,
+                  "KV cache tokens (default min(context, 8192); a prompt plus its answer must fit)")
+      ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--speculative", o->speculative, "drafter: none (default), ngram or self");
   cmd->add_option("--draft-format", o->draft.format,
                   "self drafter: quantize --model's weights to this at load (int2, lut2, ...)");
