@@ -12,7 +12,8 @@ odp_generate() {  # odp_generate PREFILL_WEIGHTS
 
 # Another layer count: the streamed prefill could not write the decode model's KV cache.
 "$BIN/dq-tool" make-tiny --out "$TMP/three-layers" --seed 2 --layers 3 --tokenizer "$QWEN_TOK" \
-  >/dev/null || fail "make-tiny (3 layers)"
+  --chat-template "$SRC/tests/golden/chat/qwen3_template.jinja" >/dev/null ||
+  fail "make-tiny (3 layers)"
 expect_error "prefill checkpoint with another KV layout" \
   "does not fit the decode model: layers 3 \(prefill\) vs 2 \(decode\)" \
   odp_generate "$TMP/three-layers"

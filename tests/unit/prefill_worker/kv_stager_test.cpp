@@ -101,8 +101,10 @@ TEST(PrefillKvStaged, ChunkedAndBatchedRequestsWithATightArena) {
 
 // Direct (nccl on a GPU): the transport reads the cache's blocks once each layer is written, with
 // no arena. Here tcp plays the device-memory transport over the CPU pool standing in for the
-// device; chunked and batched prompts land bit-exact.
-TEST(PrefillKvDirect, ChunkedAndBatchedPromptsLandBitExactFromTheCache) {
+// device; chunked and batched prompts land intact. The reference is a whole-prompt prefill, and
+// how the concurrent prompts get batched (thread timing) changes fp32 rounding, so the bound is
+// the staged test's, not 0 (it came out 0 on an idle machine, 1.3e-6 in a loaded CI run).
+TEST(PrefillKvDirect, ChunkedAndBatchedPromptsLandFromTheCache) {
   PrefillServerOptions o;
   o.token_budget = 40;  // chunks that start mid-block
   o.direct_for_tests = {"tcp"};
@@ -125,7 +127,9 @@ TEST(PrefillKvDirect, ChunkedAndBatchedPromptsLandBitExactFromTheCache) {
   for (size_t i = 0; i < prompts.size(); ++i) {
     ASSERT_TRUE(status[i].ok()) << i << ": " << status[i].error_message();
     LocalPrefill want(prompts[i]);
-    EXPECT_EQ(MaxKvDiff(decode.pool(), leases[i], want, prompts[i].size()), 0.0f) << i;
+    const float diff = MaxKvDiff(decode.pool(), leases[i], want, prompts[i].size());
+    EXPECT_GE(diff, 0.0f) << i;
+    EXPECT_LT(diff, 1e-4f) << i;
   }
   EXPECT_EQ(h.Health().free_kv_blocks(), h.Health().total_kv_blocks());
 }
