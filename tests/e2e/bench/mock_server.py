@@ -100,10 +100,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         send({"choices": [choice("", "length")]})
         if mode != "no_usage" and body.get("stream_options", {}).get("include_usage"):
             send({"choices": [], "usage": usage})
-        send("[DONE]")
+        # Counted before [DONE], as a real server does: a client that scrapes /metrics right after
+        # its last [DONE] must see every request (counting after it raced such a scrape in CI).
         with srv.lock:
             srv.generated += n
             srv.finished += 1
+        send("[DONE]")
 
 
 class MockServer(http.server.ThreadingHTTPServer):
