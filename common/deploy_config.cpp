@@ -78,6 +78,8 @@ absl::Status ReadPhase(const toml::table& t, const std::string& name, PhaseConfi
   if (name == "decode") {
     r.Get("max_batch", &p->max_batch);
     r.Get("lease_ttl_ms", &p->lease_ttl_ms);
+    r.Get("speculative", &p->speculative);
+    r.Get("spec_k", &p->spec_k);
   }
   return r.Finish();
 }
@@ -148,6 +150,14 @@ absl::Status CheckValues(const DeployConfig& c) {
   if (c.router.max_in_flight < 1)
     return absl::InvalidArgumentError("[router] max_in_flight must be >= 1");
   if (c.decode.max_batch < 1) return absl::InvalidArgumentError("[decode] max_batch must be >= 1");
+  if (c.decode.speculative != "none" && c.decode.speculative != "ngram") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[decode] speculative must be \"none\" or \"ngram\", got \"", c.decode.speculative, "\""));
+  }
+  if (c.decode.spec_k < 1 || c.decode.spec_k > 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("[decode] spec_k must be in [1, 16], got ", c.decode.spec_k));
+  }
   if (c.prefill.token_budget < 16) {
     return absl::InvalidArgumentError("[prefill] token_budget must be >= 16");
   }

@@ -6,7 +6,8 @@
 //              request_timeout_ms, max_body_bytes
 //   [transfer] backend ("tcp" | "ucx" | "nccl": GPU to GPU, both workers on GPUs), io_timeout_ms
 //   [prefill]  weights, compute, device, threads, token_budget, kv_capacity, port
-//   [decode]   weights, compute, device, threads, max_batch, kv_capacity, lease_ttl_ms, port
+//   [decode]   weights, compute, device, threads, max_batch, kv_capacity, lease_ttl_ms, port,
+//              speculative ("none" | "ngram"), spec_k (1..16)
 //   odp = true, or an [odp] table: crossover_tokens, slots, source ("disk" | "host"), image_dir
 //              (offloaded disaggregated prefill on one GPU, docs/odp.md)
 //
@@ -54,6 +55,8 @@ struct PhaseConfig {
   // decode only
   int max_batch = 4;
   int lease_ttl_ms = 120000;
+  std::string speculative = "none";  // the decode worker's drafter: "none" or "ngram"
+  int spec_k = 4;                    // most tokens drafted per step
 };
 
 // Offloaded disaggregated prefill (docs/odp.md): the decode weights stay resident on the GPU (and

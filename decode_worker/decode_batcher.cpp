@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "engine/sampler/sampler.h"
+#include "engine/spec/verify.h"
 #include "worker_common/proto_convert.h"
 
 namespace dq::decode {
@@ -23,6 +24,14 @@ struct DecodeBatcher::Sequence {
   bool done = false;       // the stream has ended (engine thread, or under mu_)
   bool abort = false;      // guarded by mu_
   std::string abort_reason;
+  // Speculation (engine thread only): the drafter's view (prompt + emitted tokens), this step's
+  // fed tokens (next_token, then the draft), the adaptive draft length and the counters.
+  bool speculate = false;
+  uint64_t id = 0;
+  std::vector<int32_t> history;
+  std::vector<int32_t> input;
+  AdaptiveK k{1, false};
+  SpecStats spec;
 
   Sequence(DecodeJob j, KvSequence k)
       : job(std::move(j)),
@@ -57,6 +66,12 @@ absl::StatusOr<std::shared_ptr<DecodeStream>> DecodeBatcher::Submit(DecodeJob jo
   Sequence& s = *seq;
   // The prefill worker drew these random numbers for the first token; continue its stream.
   s.sampler.ResumeAfter(s.job.sampler_draws);
+  s.id = next_sequence_id_++;
+  if (options_.drafter != nullptr && s.job.speculate) {
+    s.speculate = true;
+    s.history = std::move(s.job.prompt);
+    s.k = AdaptiveK(options_.spec.k, options_.spec.adaptive);
+  }
   v1::PositionLogprobs first;
   if (s.job.logprobs) {
     if (s.job.first_logprobs) {
@@ -210,9 +225,21 @@ Batch DecodeBatcher::BuildBatch(std::vector<Sequence*>* in_batch) {
 
 void DecodeBatcher::Step() {
   std::vector<Sequence*> in;
-  const Batch batch = BuildBatch(&in);
+  Batch batch = BuildBatch(&in);
   if (in.empty()) return;
   peak_batch_.store(std::max(peak_batch_.load(), static_cast<int>(in.size())));
+  const bool speculative = options_.drafter != nullptr && Propose(in);
+  const absl::Status st = speculative ? SpecStep(batch, in) : PlainStep(batch, in);
+  steps_.fetch_add(1);
+  if (!st.ok()) {
+    spdlog::error("dq-decode: decode step over {} sequences failed: {}", in.size(), st.ToString());
+    for (Sequence* s : in) {
+      Finish(*s, v1::FINISH_REASON_ERROR, absl::StrCat("decode step failed: ", st.ToString()));
+    }
+  }
+}
+
+absl::Status DecodeBatcher::PlainStep(const Batch& batch, const std::vector<Sequence*>& in) {
   std::vector<Sampler*> samplers;
   for (Sequence* s : in) samplers.push_back(&s->sampler);
   // Logits come back to the host only when some sequence reports logprobs; otherwise a device
@@ -221,19 +248,15 @@ void DecodeBatcher::Step() {
       std::any_of(in.begin(), in.end(), [](const Sequence* s) { return s->job.logprobs; });
   BatchLogits logits;
   std::vector<int32_t> tokens(in.size());
-  absl::Status st =
-      runner_.ForwardAndSample(batch, samplers, tokens, want_logits ? &logits : nullptr);
-  steps_.fetch_add(1);
-  if (!st.ok()) {
-    spdlog::error("dq-decode: decode step over {} sequences failed: {}", in.size(), st.ToString());
-    for (Sequence* s : in) {
-      Finish(*s, v1::FINISH_REASON_ERROR, absl::StrCat("decode step failed: ", st.ToString()));
-    }
-    return;
-  }
+  DQ_RETURN_IF_ERROR(
+      runner_.ForwardAndSample(batch, samplers, tokens, want_logits ? &logits : nullptr));
   for (size_t i = 0; i < in.size(); ++i) {
     Sequence& s = *in[i];
     const int32_t token = tokens[i];
+    if (s.speculate) {
+      ++s.spec.steps;  // a step with an empty draft: one verified position
+      CountEmitted(s, false);
+    }
     if (s.job.logprobs) {
       // The raw row: ForwardAndSample sampled from a copy.
       const v1::PositionLogprobs lp = worker::PositionLogprobsOf(
@@ -243,6 +266,89 @@ void DecodeBatcher::Step() {
       Emit(s, token, nullptr);
     }
   }
+  return absl::OkStatus();
+}
+
+bool DecodeBatcher::Propose(const std::vector<Sequence*>& in) {
+  const int block_size = runner_.kv_pool().block_size();
+  std::vector<DraftRequest> requests;
+  std::vector<Sequence*> drafting;
+  for (Sequence* s : in) {
+    s->input.assign(1, s->next_token);
+    if (!s->speculate) continue;
+    // The lease holds prompt + max_tokens; DraftBudget keeps every fed position inside it.
+    const int capacity = static_cast<int>(s->kv.blocks.size()) * block_size;
+    const int m = DraftBudget(s->k.k(), s->job.params.max_tokens, s->generated, s->kv.num_tokens,
+                              std::min(capacity, max_context_));
+    requests.push_back({s->id, s->history, m});
+    drafting.push_back(s);
+  }
+  if (requests.empty()) return false;
+  std::vector<Draft> drafts(requests.size());
+  const absl::Status st = options_.drafter->Propose(requests, drafts);
+  if (!st.ok()) {
+    // Drafting is an optimisation: decode plainly rather than fail the requests.
+    spdlog::warn("dq-decode: the {} drafter failed, decoding this step without drafts: {}",
+                 std::string(options_.drafter->name()), st.ToString());
+    return false;
+  }
+  bool any = false;
+  for (size_t i = 0; i < drafting.size(); ++i) {
+    const auto& t = drafts[i].tokens;
+    const size_t m = std::min<size_t>(t.size(), requests[i].max_tokens);
+    drafting[i]->input.insert(drafting[i]->input.end(), t.begin(), t.begin() + m);
+    any = any || m > 0;
+  }
+  return any;
+}
+
+absl::Status DecodeBatcher::SpecStep(Batch& batch, const std::vector<Sequence*>& in) {
+  for (size_t i = 0; i < in.size(); ++i) {
+    batch.items[i].tokens = in[i]->input;
+    batch.items[i].all_logits = true;
+  }
+  BatchLogits logits;
+  DQ_RETURN_IF_ERROR(runner_.Forward(batch, &logits));
+  for (size_t i = 0; i < in.size(); ++i) {
+    Verify(*in[i], logits.row(logits.item_first_row[i]), logits.vocab);
+  }
+  return absl::OkStatus();
+}
+
+void DecodeBatcher::Verify(Sequence& s, const float* rows, int vocab) {
+  const int fed = static_cast<int>(s.input.size());
+  const int base = s.kv.num_tokens - fed;
+  if (s.speculate) {
+    ++s.spec.steps;
+    s.spec.drafted += fed - 1;
+  }
+  const int accepted = VerifyDraft(s.input, rows, vocab, s.sampler, [&](int j, int32_t token) {
+    s.kv.num_tokens = base + 1 + j;  // what plain decoding has cached here (Emit's check)
+    if (s.speculate) CountEmitted(s, j > 0);
+    if (s.job.logprobs) {
+      const v1::PositionLogprobs lp = worker::PositionLogprobsOf(
+          std::span<const float>(rows + int64_t{j} * vocab, vocab), token, s.job.top_logprobs);
+      Emit(s, token, &lp);
+    } else {
+      Emit(s, token, nullptr);
+    }
+    return !s.done;
+  });
+  // Keep input[0 .. accepted]. Rolling back inside a lease moves the count only: the blocks
+  // belong to the lease (it reserved prompt + max_tokens), and stale K/V past the count is
+  // overwritten as the sequence regrows.
+  s.kv.num_tokens = base + 1 + accepted;
+  if (!s.speculate) return;
+  if (fed > 1) s.k.Update(fed - 1, accepted);
+  options_.drafter->Accept(s.id, accepted);
+}
+
+void DecodeBatcher::CountEmitted(Sequence& s, bool accepted_draft) {
+  ++s.spec.emitted;
+  if (accepted_draft) ++s.spec.accepted;
+  s.stream->SetSpecCounts(static_cast<uint32_t>(s.spec.steps),
+                          static_cast<uint32_t>(s.spec.drafted),
+                          static_cast<uint32_t>(s.spec.accepted));
 }
 
 void DecodeBatcher::Emit(Sequence& s, int32_t token, const v1::PositionLogprobs* logprobs) {
@@ -257,6 +363,7 @@ void DecodeBatcher::Emit(Sequence& s, int32_t token, const v1::PositionLogprobs*
   }
   s.sampler.Accept(token);
   ++s.generated;
+  if (s.speculate) s.history.push_back(token);
   s.stream->Push(token, logprobs);
   s.next_token = token;
   if (s.generated >= p.max_tokens || s.kv.num_tokens + 1 >= max_context_) {

@@ -2,7 +2,10 @@
 // max_batch running sequences at a time; committed requests wait in a FIFO and join as soon as a
 // slot frees. A sequence's KV blocks are its lease's, reserved for prompt + max_new_tokens up
 // front, so a running sequence never allocates; finished, failed and aborted sequences release
-// their lease at once.
+// their lease at once. With a drafter, each step feeds every speculating sequence
+// [next_token, draft...] and keeps what engine/spec/verify.h's lossless rule accepts; a rejected
+// draft's KV is rolled back by moving the sequence's token count only (its blocks stay the
+// lease's).
 #pragma once
 
 #include <atomic>
@@ -24,6 +27,8 @@
 #include "decode_worker/kv_lease_table.h"
 #include "engine/model/model_runner.h"
 #include "engine/sampler/sampling_params.h"
+#include "engine/spec/drafter.h"
+#include "engine/spec/spec_config.h"
 
 namespace dq::decode {
 
@@ -38,6 +43,8 @@ struct DecodeJob {
   SamplingParams params;  // validated
   bool logprobs = false;
   int top_logprobs = 0;
+  std::vector<int32_t> prompt;  // the drafter's history starts with it
+  bool speculate = true;        // false: the request opted out (drafts nothing)
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
 
@@ -49,6 +56,10 @@ struct DecodeBatcherOptions {
   // prefill worker wrote into a staging buffer into the lease's blocks (LeaseRegions::Land).
   // An error fails the request. Empty: the KV is in the blocks already (CPU).
   std::function<absl::Status(const std::string& lease_id)> land_kv;
+  // Speculative decoding: a deterministic (point-mass) drafter, or null for plain decoding. Not
+  // owned; must outlive the batcher. Only the engine thread calls it.
+  Drafter* drafter = nullptr;
+  SpecConfig spec;
 };
 
 // Thread-safe. Lock order: the batcher's lock, then the lease table's.
@@ -93,6 +104,17 @@ class DecodeBatcher {
   void Step();
   // Builds the decode batch; sequences whose lease is full are finished with an error.
   Batch BuildBatch(std::vector<Sequence*>* in_batch);
+  // One token per sequence: ForwardAndSample (on the device where it can).
+  absl::Status PlainStep(const Batch& batch, const std::vector<Sequence*>& in);
+  // Fills each sequence's input with next_token and its draft; true when any draft is
+  // non-empty (otherwise the step runs plain).
+  bool Propose(const std::vector<Sequence*>& in);
+  // Verifies every sequence's input in one forward pass with all logits.
+  absl::Status SpecStep(Batch& batch, const std::vector<Sequence*>& in);
+  void Verify(Sequence& s, const float* rows, int vocab);
+  // Counts one emitted token of a speculating sequence's step (before Emit can end its stream,
+  // so the final response carries the totals).
+  void CountEmitted(Sequence& s, bool accepted_draft);
   // Appends `token` to the sequence's output or ends it, exactly like Generator::Emit (stop
   // strings aside: the router checks those on text).
   void Emit(Sequence& s, int32_t token, const dqserve::v1::PositionLogprobs* logprobs);
@@ -114,6 +136,7 @@ class DecodeBatcher {
   std::unordered_map<std::string, Sequence*> live_;  // waiting + running, by request id
   std::atomic<int64_t> steps_{0};
   std::atomic<int> peak_batch_{0};
+  uint64_t next_sequence_id_ = 0;  // a drafter's handle of a sequence; guarded by mu_
   std::thread engine_;
 };
 

@@ -53,6 +53,7 @@ absl::Status DecodeServer::Init(const DecodeServerOptions& o) {
     // The KV arrives in each lease's staging buffer; it enters the cache at commit.
     bo.land_kv = [r = regions_.get()](const std::string& lease_id) { return r->Land(lease_id); };
   }
+  DQ_RETURN_IF_ERROR(CreateServingDrafter(o, &bo));
   batcher_ = std::make_unique<DecodeBatcher>(*model_.runner, *leases_, std::move(bo));
 
   DecodeServiceOptions so;
@@ -76,6 +77,22 @@ absl::Status DecodeServer::Init(const DecodeServerOptions& o) {
   // except Handshake/Health racing a client that guessed the port.
   service_->set_identity(identity_);
   reaper_ = std::thread([this, o] { ReapLoop(std::chrono::milliseconds(o.reap_interval_ms)); });
+  return absl::OkStatus();
+}
+
+absl::Status DecodeServer::CreateServingDrafter(const DecodeServerOptions& o,
+                                                DecodeBatcherOptions* bo) {
+  if (o.speculative == "none" || o.speculative.empty()) return absl::OkStatus();
+  if (o.speculative != "ngram") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--speculative ", o.speculative,
+        ": the decode worker drafts with ngram only so far (or none); the self drafter needs "
+        "its prompt KV, which does not cross the prefill/decode split yet"));
+  }
+  bo->spec.k = o.spec_k;
+  DQ_RETURN_IF_ERROR(Validate(bo->spec));
+  DQ_ASSIGN_OR_RETURN(drafter_, CreateDrafter(o.speculative, model_.runner->config()));
+  bo->drafter = drafter_.get();
   return absl::OkStatus();
 }
 

@@ -29,6 +29,11 @@ struct DecodeServerOptions {
   int max_batch = 4;
   int lease_ttl_ms = 120000;
   int reap_interval_ms = 100;  // how often expired leases are reclaimed
+  // Speculative decoding: "none" or "ngram" (a weightless drafter; the self drafter's prompt KV
+  // does not cross the prefill/decode split yet, docs/speculative.md), and its most tokens per
+  // step (adaptive below that).
+  std::string speculative = "none";
+  int spec_k = 4;
   // Tests: lease regions are the "device" cache's blocks although the transport moves host
   // memory (LeaseRegions' direct_for_tests).
   bool direct_for_tests = false;
@@ -59,12 +64,15 @@ class DecodeServer {
  private:
   explicit DecodeServer(worker::PhaseModel& model) : model_(model) {}
   absl::Status Init(const DecodeServerOptions& options);
+  // The drafter that options.speculative names, into the batcher's options.
+  absl::Status CreateServingDrafter(const DecodeServerOptions& o, DecodeBatcherOptions* bo);
   void ReapLoop(std::chrono::milliseconds interval);
 
   worker::PhaseModel& model_;
   std::unique_ptr<kvtransfer::Transport> transport_;
   std::unique_ptr<KvLeaseTable> leases_;
   std::unique_ptr<LeaseRegions> regions_;
+  std::unique_ptr<Drafter> drafter_;  // null: plain decoding
   std::unique_ptr<DecodeBatcher> batcher_;
   std::unique_ptr<DecodeService> service_;
   std::unique_ptr<grpc::Server> server_;

@@ -117,6 +117,16 @@ absl::StatusOr<DecodeJob> DecodeService::JobOf(const v1::DecodeRequest& r) const
   job.first_token = commit.first_token();
   job.sampler_draws = commit.sampler_draws();
   if (commit.has_first_token_logprobs()) job.first_logprobs = commit.first_token_logprobs();
+  // The drafter proposes tokens from this history, and the model is fed what it proposes.
+  for (int32_t id : r.prompt_token_ids()) {
+    if (id < 0 || id >= c.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("Decode(", r.request_id(),
+                                                     "): prompt token id ", id, " is not in [0, ",
+                                                     c.vocab_size, ")"));
+    }
+  }
+  job.prompt.assign(r.prompt_token_ids().begin(), r.prompt_token_ids().end());
+  job.speculate = !r.no_speculation();
   job.logprobs = r.sampling().logprobs();
   job.top_logprobs = static_cast<int>(r.sampling().top_logprobs());
   if (r.deadline_unix_ms() > 0) {

@@ -24,6 +24,13 @@ void DecodeStream::Finish(v1::FinishReason reason, std::string error) {
   cv_.notify_all();
 }
 
+void DecodeStream::SetSpecCounts(uint32_t steps, uint32_t drafted, uint32_t accepted) {
+  std::lock_guard lock(mu_);
+  spec_steps_ = steps;
+  spec_drafted_ = drafted;
+  spec_accepted_ = accepted;
+}
+
 bool DecodeStream::Take(std::chrono::milliseconds timeout, v1::DecodeResponse* out) {
   std::unique_lock lock(mu_);
   cv_.wait_for(lock, timeout, [&] { return !tokens_.empty() || (finished_ && !end_delivered_); });
@@ -34,6 +41,9 @@ bool DecodeStream::Take(std::chrono::milliseconds timeout, v1::DecodeResponse* o
   for (auto& lp : logprobs_) *out->add_logprobs() = std::move(lp);
   tokens_.clear();
   logprobs_.clear();
+  out->set_spec_steps(spec_steps_);
+  out->set_draft_tokens_drafted(spec_drafted_);
+  out->set_draft_tokens_accepted(spec_accepted_);
   if (finished_) {
     end_delivered_ = true;
     out->set_finished(true);

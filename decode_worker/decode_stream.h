@@ -26,6 +26,8 @@ class DecodeStream {
   // Ends the stream; later Push/Finish calls are ignored. `error` only with FINISH_REASON_ERROR
   // (or as the reason of an abort).
   void Finish(dqserve::v1::FinishReason reason, std::string error = "");
+  // The request's speculation counters so far; every later response carries them.
+  void SetSpecCounts(uint32_t steps, uint32_t drafted, uint32_t accepted);
 
   // Waits up to `timeout` for tokens or the end, then moves everything pending into `out`
   // (request id, tokens, logprobs, and finished/finish_reason/error once ended). Returns false
@@ -44,6 +46,7 @@ class DecodeStream {
   bool end_delivered_ = false;  // Take handed out the final response
   dqserve::v1::FinishReason reason_ = dqserve::v1::FINISH_REASON_UNSPECIFIED;
   std::string error_;
+  uint32_t spec_steps_ = 0, spec_drafted_ = 0, spec_accepted_ = 0;
 };
 
 }  // namespace dq::decode

@@ -56,6 +56,12 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--device", f.model.device,
                  "where to compute and keep the KV cache: cpu, cuda or cuda:N (a CUDA build)")
       ->check(DeviceValidator());
+  app.add_option("--speculative", f.server.speculative,
+                 "speculative decoding: none (default) or ngram (prompt lookup, no weights)")
+      ->check(CLI::IsMember({"none", "ngram"}));
+  app.add_option("--spec-k", f.server.spec_k,
+                 "tokens drafted per step (at most; adaptive below), 1..16")
+      ->check(CLI::Range(1, 16));
   app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error, off");
 }
 
@@ -109,6 +115,10 @@ int main(int argc, char** argv) {
       : (*model)->kv_staging->staged() ? " through pinned host staging"
                                        : "",
       f.server.max_batch, (*server)->leases().stats().total_blocks);
+  if (f.server.speculative != "none") {
+    spdlog::info("dq-decode: speculative decoding with the {} drafter, up to {} tokens per step",
+                 f.server.speculative, f.server.spec_k);
+  }
   int sig = 0;
   sigwait(&signals, &sig);
   spdlog::info("dq-decode: {} received, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");

@@ -50,6 +50,10 @@ struct SamplingOptions {
   std::vector<int32_t> stop_token_ids;  // vLLM extension
   std::vector<std::string> stop;
   bool ignore_eos = false;  // vLLM extension
+  // dqserve extension, not a sampling parameter (no dq::SamplingParams counterpart): false opts
+  // the request out of speculative decoding. The output is the same either way (the verify rule
+  // is lossless); only speed and the usage's speculation counters change.
+  bool speculative = true;
 };
 
 // POST /v1/chat/completions.

@@ -129,6 +129,7 @@ void ReadSampling(FieldReader& f, const ParseOptions& options, SamplingOptions* 
     ReadTokenIds(f, *ids, "stop_token_ids", options.vocab_size, &s->stop_token_ids);
   }
   f.Bool("ignore_eos", &s->ignore_eos);
+  f.Bool("speculative", &s->speculative);
 }
 
 // max_tokens (and, for chat, max_completion_tokens, which OpenAI now prefers) in [1, 2^31).

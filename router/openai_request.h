@@ -16,10 +16,11 @@
 // >= 1 (<= vocab_size when known); min_p [0, 1]; presence/frequency_penalty [-2, 2];
 // repetition_penalty (0, 2]; seed any 64-bit integer; stop a string or up to
 // max_stop_sequences non-empty strings; stop_token_ids and prompt token ids in [0, vocab_size);
-// stream / echo / ignore_eos booleans; stream_options only with stream; logprobs a boolean
-// (chat) or an integer in [0, max_logprobs] (completions); top_logprobs in [0, max_logprobs]
-// and only with logprobs; user a string. Every string is checked to be valid UTF-8.
-// Context length needs the tokenizer, so it is checked later with ResolveMaxTokens.
+// stream / echo / ignore_eos / speculative (dqserve: false opts out of drafting) booleans;
+// stream_options only with stream; logprobs a boolean (chat) or an integer in [0, max_logprobs]
+// (completions); top_logprobs in [0, max_logprobs] and only with logprobs; user a string. Every
+// string is checked to be valid UTF-8. Context length needs the tokenizer, so it is checked later
+// with ResolveMaxTokens.
 #pragma once
 
 #include <cstddef>

@@ -68,6 +68,17 @@ ojson UsageJson(const Usage& usage) {
   u["prompt_tokens"] = usage.prompt_tokens;
   u["completion_tokens"] = usage.completion_tokens;
   u["total_tokens"] = int64_t{usage.prompt_tokens} + usage.completion_tokens;
+  if (const auto& spec = usage.speculative) {
+    ojson sp;
+    sp["steps"] = spec->steps;
+    sp["drafted_tokens"] = spec->drafted;
+    sp["accepted_tokens"] = spec->accepted;
+    sp["acceptance_rate"] = spec->drafted > 0 ? double(spec->accepted) / spec->drafted : 0.0;
+    // Each step emits its accepted tokens plus the target's own one.
+    sp["acceptance_length"] =
+        spec->steps > 0 ? double(spec->accepted + spec->steps) / spec->steps : 0.0;
+    u["speculative"] = std::move(sp);
+  }
   return u;
 }
 

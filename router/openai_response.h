@@ -47,9 +47,17 @@ struct ResponseHeader {
 // A fresh id ("chatcmpl-" or "cmpl-" and 24 random alphanumerics) and the current time.
 ResponseHeader NewResponseHeader(ApiEndpoint endpoint, std::string model);
 
+// Speculative decoding's per-request counters (dqserve extension "usage.speculative").
+struct SpecUsage {
+  int64_t steps = 0;     // decode steps that verified a draft (possibly empty)
+  int64_t drafted = 0;   // draft tokens verified
+  int64_t accepted = 0;  // draft tokens kept (<= drafted)
+};
+
 struct Usage {
   int prompt_tokens = 0;
   int completion_tokens = 0;
+  std::optional<SpecUsage> speculative;  // set when the decode worker drafted for the request
 };
 
 struct LogprobCandidate {

@@ -353,6 +353,7 @@ struct ActiveRequest::StreamState {
   bool stop_string = false;  // the router ended it on a stop string
   bool length_cut = false;   // the router ended it at max_tokens
   bool client_gone = false;
+  SpecUsage spec;  // the decode worker's latest speculation counters (cumulative)
 };
 
 GenerationResult ActiveRequest::Run(const DeltaCallback& on_delta) {
@@ -361,6 +362,12 @@ GenerationResult ActiveRequest::Run(const DeltaCallback& on_delta) {
   *request.mutable_commit() = commit_;
   *request.mutable_sampling() = sampling_;
   request.set_deadline_unix_ms(ToUnixMs(deadline_));
+  // The history a drafter proposes from; not needed by a request that opted out.
+  if (input_.sampling.speculative) {
+    request.mutable_prompt_token_ids()->Assign(input_.prompt_ids.begin(), input_.prompt_ids.end());
+  } else {
+    request.set_no_speculation(true);
+  }
 
   grpc::ClientContext ctx;
   ctx.set_deadline(ToSystemDeadline(deadline_));
@@ -395,8 +402,14 @@ GenerationResult ActiveRequest::Run(const DeltaCallback& on_delta) {
     }
     if (!tail.empty() && !on_delta(tail)) result.outcome = Outcome::kCancelled;
   }
-  result.usage = Usage{static_cast<int>(input_.prompt_ids.size()), out.tokens()};
+  result.usage = Usage{static_cast<int>(input_.prompt_ids.size()), out.tokens(), std::nullopt};
   RouterMetrics& m = pipeline_->metrics_;
+  if (st.spec.steps > 0) {
+    result.usage.speculative = st.spec;
+    m.spec_steps.fetch_add(st.spec.steps);
+    m.spec_drafted_tokens.fetch_add(st.spec.drafted);
+    m.spec_accepted_tokens.fetch_add(st.spec.accepted);
+  }
   m.generation_tokens.fetch_add(out.tokens());
   if (st.first_token_at) {
     result.ttft_seconds = Seconds(*st.first_token_at - admitted_at_);
@@ -413,6 +426,8 @@ GenerationResult ActiveRequest::Run(const DeltaCallback& on_delta) {
 bool ActiveRequest::ConsumeResponse(const v1::DecodeResponse& response, OutputAssembler& out,
                                     StreamState& st, Delta* delta) {
   const bool with_logprobs = response.logprobs_size() == response.token_ids_size();
+  st.spec = SpecUsage{response.spec_steps(), response.draft_tokens_drafted(),
+                      std::min(response.draft_tokens_accepted(), response.draft_tokens_drafted())};
   for (int i = 0; i < response.token_ids_size(); ++i) {
     if (out.tokens() >= input_.max_tokens) {
       // The worker enforces max_tokens too; this only guards against one that does not.

@@ -172,6 +172,15 @@ std::string RenderMetrics(const RouterMetrics& m, const SchedulerCounters& sched
          static_cast<double>(m.kv_transfer_micros.load()) / 1e6);
   Scalar(out, "dq_kv_transfer_failures_total", "counter", "Prefills that failed moving KV.",
          static_cast<double>(m.kv_transfer_failures.load()));
+  Scalar(out, "dq_spec_drafted_tokens_total", "counter",
+         "Draft tokens the decode workers verified (speculative decoding).",
+         static_cast<double>(m.spec_drafted_tokens.load()));
+  Scalar(out, "dq_spec_accepted_tokens_total", "counter",
+         "Draft tokens the target model kept (<= drafted).",
+         static_cast<double>(m.spec_accepted_tokens.load()));
+  Scalar(out, "dq_spec_steps_total", "counter",
+         "Decode steps that ran with a drafter (one target forward each, per request).",
+         static_cast<double>(m.spec_steps.load()));
   Scalar(out, "dq_requests_running", "gauge", "Requests admitted and not finished.",
          scheduler.in_flight);
   Scalar(out, "dq_requests_queued", "gauge", "Requests waiting for admission.", scheduler.queued);

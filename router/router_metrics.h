@@ -62,6 +62,11 @@ struct RouterMetrics {
   std::atomic<uint64_t> kv_transfer_bytes{0};
   std::atomic<uint64_t> kv_transfer_micros{0};
   std::atomic<uint64_t> kv_transfer_failures{0};
+  // Speculative decoding, summed over finished requests: acceptance rate = accepted / drafted,
+  // acceptance length = (accepted + steps) / steps.
+  std::atomic<uint64_t> spec_drafted_tokens{0};
+  std::atomic<uint64_t> spec_accepted_tokens{0};
+  std::atomic<uint64_t> spec_steps{0};
 
   void Count(Outcome o) { requests[static_cast<size_t>(o)].fetch_add(1); }
   uint64_t count(Outcome o) const { return requests[static_cast<size_t>(o)].load(); }

@@ -9,6 +9,7 @@
 #include "common/tokenizer/incremental_detokenizer.h"
 #include "engine/sampler/sampler.h"
 #include "engine/sampler/stop_checker.h"
+#include "engine/spec/verify.h"
 
 namespace dq {
 namespace {
@@ -151,12 +152,10 @@ absl::Status Generator::Propose(std::vector<Sequence*>& active) {
   const int max_context = runner_.config().max_context;
   std::vector<DraftRequest> requests;
   for (Sequence* s : active) {
-    // Emitting m + 1 tokens must not pass max_tokens (so KV stays within what CheckRequests
-    // reserved), and positions num_tokens .. num_tokens + m must fit the context.
-    const int room_tokens =
-        s->request->params.max_tokens - static_cast<int>(s->result.tokens.size()) - 1;
-    const int room_context = max_context - 1 - s->kv.num_tokens;
-    const int m = std::max(0, std::min({s->k.k(), room_tokens, room_context}));
+    // KV stays within what CheckRequests reserved (prompt + max_tokens) and the context.
+    const int m =
+        DraftBudget(s->k.k(), s->request->params.max_tokens,
+                    static_cast<int>(s->result.tokens.size()), s->kv.num_tokens, max_context);
     requests.push_back({static_cast<uint64_t>(s->index), s->history, m});
   }
   std::vector<dq::Draft> drafts(active.size());
@@ -190,20 +189,12 @@ void Generator::VerifyAndEmit(Sequence& s, const float* rows, int vocab,
                               const TextCallback& on_text) {
   const int fed = static_cast<int>(s.input.size());
   const int base = s.kv.num_tokens - fed;
-  std::vector<float> row(vocab);
-  int accepted = 0;
-  for (int j = 0; j < fed; ++j) {
-    // Row j predicts the token after input[j]: the target's own draw there, with the same
-    // sampler draw plain decoding would spend on it. Keeping the draft iff the draw equals it is
-    // the point-mass rejection rule (rejection_sampler.h).
-    std::copy_n(rows + int64_t{j} * vocab, vocab, row.begin());
-    const int32_t token = s.sampler.Sample(row);
-    s.kv.num_tokens = base + 1 + j;  // what plain decoding has cached here (Emit's context check)
+  const int accepted = VerifyDraft(s.input, rows, vocab, s.sampler, [&](int j, int32_t token) {
+    s.kv.num_tokens = base + 1 + j;  // what plain decoding has cached here (Emit's check)
     Emit(s, token, on_text);
     ++s.result.spec.emitted;
-    if (s.done || j + 1 == fed || token != s.input[j + 1]) break;
-    ++accepted;
-  }
+    return !s.done;
+  });
   // Keep input[0 .. accepted]; the last emitted token is the next step's input.
   runner_.kv_pool().truncate(s.kv, base + 1 + accepted);
   ++s.result.spec.steps;

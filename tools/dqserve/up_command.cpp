@@ -88,6 +88,11 @@ std::vector<ChildSpec> Children(const DeployConfig& c, const std::string& log_le
   decode.argv.insert(decode.argv.end(), {"--transport", c.transfer.backend, "--max-batch",
                                          std::to_string(c.decode.max_batch), "--lease-ttl-ms",
                                          std::to_string(c.decode.lease_ttl_ms)});
+  // Only when on, so the compose files' decode command lines (which run without) stay equal.
+  if (c.decode.speculative != "none") {
+    decode.argv.insert(decode.argv.end(), {"--speculative", c.decode.speculative, "--spec-k",
+                                           std::to_string(c.decode.spec_k)});
+  }
   ChildSpec prefill{"prefill", {SiblingBinary("dq-prefill")}, {}};
   for (auto& s : PhaseArgs(c, c.prefill, log_level)) prefill.argv.push_back(s);
   prefill.argv.insert(

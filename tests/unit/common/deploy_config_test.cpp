@@ -8,6 +8,12 @@
 namespace dq {
 namespace {
 
+void ExpectError(const char* toml, const char* needle) {
+  auto c = ParseDeployConfig(toml);
+  ASSERT_FALSE(c.ok()) << toml;
+  EXPECT_NE(c.status().message().find(needle), std::string::npos) << c.status();
+}
+
 TEST(DeployConfig, DefaultsAndOverrides) {
   auto c = ParseDeployConfig(R"(
 model = "m.gguf"
@@ -39,6 +45,19 @@ max_batch = 8
   EXPECT_EQ(c->decode.compute, "weight_only");
   EXPECT_EQ(c->prefill.device, "cpu");  // default
   EXPECT_EQ(c->decode.device, "cpu");
+  EXPECT_EQ(c->decode.speculative, "none");  // off unless asked for
+}
+
+TEST(DeployConfig, DecodeSpeculation) {
+  auto c = ParseDeployConfig("model = \"m\"\n[decode]\nspeculative = \"ngram\"\nspec_k = 6\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->decode.speculative, "ngram");
+  EXPECT_EQ(c->decode.spec_k, 6);
+  ExpectError("model = \"m\"\n[decode]\nspeculative = \"self\"\n", "speculative must be");
+  ExpectError("model = \"m\"\n[decode]\nspec_k = 0\n", "spec_k must be in [1, 16]");
+  ExpectError("model = \"m\"\n[decode]\nspec_k = 17\n", "spec_k must be in [1, 16]");
+  // A decode key only.
+  ExpectError("model = \"m\"\n[prefill]\nspeculative = \"ngram\"\n", "unknown key");
 }
 
 TEST(DeployConfig, DevicePerPhase) {
@@ -50,12 +69,6 @@ TEST(DeployConfig, DevicePerPhase) {
   EXPECT_TRUE(ParseDeployConfig("model = \"m\"\n[prefill]\ndevice = \"cuda\"\n[decode]\n"
                                 "device = \"cuda\"\n")
                   .ok());
-}
-
-void ExpectError(const char* toml, const char* needle) {
-  auto c = ParseDeployConfig(toml);
-  ASSERT_FALSE(c.ok()) << toml;
-  EXPECT_NE(c.status().message().find(needle), std::string::npos) << c.status();
 }
 
 TEST(DeployConfig, ErrorsNameTheProblem) {

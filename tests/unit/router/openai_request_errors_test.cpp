@@ -188,6 +188,10 @@ TEST(OpenAiRequestErrorsTest, SamplingRanges) {
       {"seed fractional", kChat, Chat(R"("seed": 1.5)"), 400, "seed", "[-2^63, 2^64-1]"},
       {"ignore_eos a number", kChat, Chat(R"("ignore_eos": 1)"), 400, "ignore_eos",
        "expected a boolean"},
+      {"speculative a string", kChat, Chat(R"("speculative": "off")"), 400, "speculative",
+       "expected a boolean"},
+      {"speculative a number", kText, Completion(R"("speculative": 0)"), 400, "speculative",
+       "expected a boolean"},
   });
 }
 

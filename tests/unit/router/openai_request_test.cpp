@@ -148,6 +148,14 @@ TEST(OpenAiRequestTest, MaxCompletionTokensWinsOverMaxTokens) {
   EXPECT_EQ(r.sampling.max_tokens, 10);
 }
 
+TEST(OpenAiRequestTest, SpeculativeOptOut) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "x"}])";
+  EXPECT_TRUE(ParseChat("{" + msgs + "}").sampling.speculative);  // on unless opted out
+  EXPECT_FALSE(ParseChat("{" + msgs + R"(, "speculative": false})").sampling.speculative);
+  EXPECT_TRUE(ParseChat("{" + msgs + R"(, "speculative": null})").sampling.speculative);
+  EXPECT_FALSE(ParseText(R"({"prompt": "x", "speculative": false})").sampling.speculative);
+}
+
 TEST(OpenAiRequestTest, SingleStopStringBecomesAList) {
   auto r = ParseChat(R"({"messages": [{"role": "user", "content": "x"}], "stop": "###"})");
   EXPECT_EQ(r.sampling.stop, std::vector<std::string>{"###"});

@@ -25,6 +25,17 @@ TEST(OpenAiResponseTest, ChatCompletion) {
             R"("usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}})");
 }
 
+TEST(OpenAiResponseTest, UsageCarriesSpeculationCounters) {
+  ChatChoice choice{"Hi", FinishReason::kLength, std::nullopt};
+  Usage usage{5, 9, SpecUsage{4, 12, 6}};
+  const std::string j = ChatCompletionJson(kChatHeader, choice, usage);
+  // Acceptance length: (accepted + steps) / steps = (6 + 4) / 4.
+  EXPECT_NE(j.find(R"("total_tokens":14,"speculative":{"steps":4,"drafted_tokens":12,)"
+                   R"("accepted_tokens":6,"acceptance_rate":0.5,"acceptance_length":2.5}})"),
+            std::string::npos)
+      << j;
+}
+
 TEST(OpenAiResponseTest, ChatCompletionWithLogprobs) {
   // "\xC3" is half of "é": the token string shows U+FFFD, bytes keep the raw byte.
   ChatChoice choice{"Hel\xC3", FinishReason::kLength,

@@ -46,6 +46,9 @@ class RenderMetricsTest : public ::testing::Test {
     metrics_.Count(Outcome::kRejected);
     metrics_.kv_transfer_micros = 2500000;
     metrics_.kv_transfer_bytes = 6635520;  // exact, not 6.63552e+06
+    metrics_.spec_drafted_tokens = 40;
+    metrics_.spec_accepted_tokens = 25;
+    metrics_.spec_steps = 12;
     metrics_.time_to_first_token.Observe(0.2);
     SchedulerCounters sc;
     sc.in_flight = 3;
@@ -88,6 +91,9 @@ TEST_F(RenderMetricsTest, ReportsCountersGaugesHistogramsAndWorkerIdentities) {
   EXPECT_TRUE(has("dq_requests_total{outcome=\"bad_request\"} 0\n"));
   EXPECT_TRUE(has("dq_kv_transfer_seconds_total 2.5\n"));
   EXPECT_TRUE(has("dq_kv_transfer_bytes_total 6635520\n"));
+  EXPECT_TRUE(has("dq_spec_drafted_tokens_total 40\n"));
+  EXPECT_TRUE(has("dq_spec_accepted_tokens_total 25\n"));
+  EXPECT_TRUE(has("dq_spec_steps_total 12\n"));
   EXPECT_TRUE(has("dq_requests_running 3\n"));
   EXPECT_TRUE(has("dq_requests_queued 4\n"));
   EXPECT_TRUE(has("# TYPE dq_time_to_first_token_seconds histogram\n"));
