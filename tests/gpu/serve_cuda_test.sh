@@ -18,6 +18,10 @@ model=${SMOLLM2:-$PWD/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 out=${OUT:-/tmp/dq-serve-cuda}
 device=${DQ_DEVICE:-cuda:0}   # DQ_DEVICE=cpu DQ_REF_DEVICE=cpu: the harness itself, anywhere
 ref_device=${DQ_REF_DEVICE:-cuda}
+# DQ_TRANSPORT=nccl with DQ_PREFILL_DEVICE / DQ_DECODE_DEVICE on two GPUs: serve_nccl_test.sh.
+transport=${DQ_TRANSPORT:-tcp}
+prefill_device=${DQ_PREFILL_DEVICE:-$device}
+decode_device=${DQ_DECODE_DEVICE:-$device}
 staged=""
 [[ $device == cuda* ]] && staged=".*through pinned host staging"
 mkdir -p "$out"
@@ -52,11 +56,11 @@ model = "$model"
 [router]
 port = $port
 [transfer]
-backend = "tcp"
+backend = "$transport"
 [prefill]
-device = "$device"
+device = "$prefill_device"
 [decode]
-device = "$device"
+device = "$decode_device"
 TOML
 "$bin/dqserve" up --config "$out/serve.toml" >"$out/up.log" 2>&1 &
 up=$!
@@ -70,12 +74,24 @@ if ! grep -q "dqserve: serving" "$out/up.log"; then
   kill $up 2>/dev/null; wait $up 2>/dev/null
   echo "$failures failure(s)"; exit 1
 fi
-grep -q "dq-prefill: .* on $device, $staged" "$out/up.log" &&
-  pass "dq-prefill runs on $device with staged KV" || fail "dq-prefill is not on $device (see $out/up.log)"
-grep -q "dq-decode: serving on .*device $device, KV transport tcp$staged" "$out/up.log" &&
-  pass "dq-decode runs on $device with staged KV" || fail "dq-decode is not on $device (see $out/up.log)"
+if [ "$transport" = nccl ]; then
+  grep -q "dq-prefill: .* on $prefill_device, .*transports nccl (nccl straight from device blocks)" \
+    "$out/up.log" && pass "dq-prefill runs on $prefill_device, nccl from device blocks" ||
+    fail "dq-prefill is not on $prefill_device with nccl (see $out/up.log)"
+  grep -q "dq-decode: serving on .*device $decode_device, KV transport nccl straight into device blocks" \
+    "$out/up.log" && pass "dq-decode runs on $decode_device, nccl into device blocks" ||
+    fail "dq-decode is not on $decode_device with nccl (see $out/up.log)"
+  grep -q "through pinned host staging" "$out/up.log" && fail "a worker still stages KV through host memory"
+  served_on="$prefill_device -> $decode_device (nccl)"
+else
+  grep -q "dq-prefill: .* on $device, $staged" "$out/up.log" &&
+    pass "dq-prefill runs on $device with staged KV" || fail "dq-prefill is not on $device (see $out/up.log)"
+  grep -q "dq-decode: serving on .*device $device, KV transport tcp$staged" "$out/up.log" &&
+    pass "dq-decode runs on $device with staged KV" || fail "dq-decode is not on $device (see $out/up.log)"
+  served_on=$device
+fi
 
-PORT=$port N=$n OUT_DIR=$out REF=$ref_device DEVICE=$device PROMPT0=${prompts[0]} PROMPT1=${prompts[1]} python3 - <<'PY'
+PORT=$port N=$n OUT_DIR=$out REF=$ref_device DEVICE="$served_on" PROMPT0=${prompts[0]} PROMPT1=${prompts[1]} python3 - <<'PY'
 import http.client, json, os, sys, threading
 
 port, n, out = int(os.environ["PORT"]), int(os.environ["N"]), os.environ["OUT_DIR"]
