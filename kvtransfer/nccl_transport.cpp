@@ -195,27 +195,11 @@ absl::StatusOr<TransferId> NcclTransport::Post(RegionId local, RemoteRegionId re
   }
   DQ_ASSIGN_OR_RETURN(std::shared_ptr<nccl::Transfer> t, MakeTransfer(local, target, copies));
   DQ_ASSIGN_OR_RETURN(std::shared_ptr<nccl::NcclOutbound> conn, Peer(target));
-  {
-    std::lock_guard lock(mu_);
-    t->id = next_id_++;
-    transfers_[t->id] = t;
-  }
-  TransferId id = t->id;
+  const TransferId id = transfers_.Add(t);
   conn->Enqueue(std::move(t));
   return id;
 }
 
-TransferStatus NcclTransport::Poll(TransferId id) {
-  std::lock_guard lock(mu_);
-  auto it = transfers_.find(id);
-  if (it == transfers_.end()) {
-    return {TransferState::kFailed,
-            absl::NotFoundError(
-                absl::StrCat("transfer ", id, " is unknown (already reported done or failed)"))};
-  }
-  TransferStatus status = it->second->status();
-  if (status.state != TransferState::kPending) transfers_.erase(it);
-  return status;
-}
+TransferStatus NcclTransport::Poll(TransferId id) { return transfers_.Poll(id); }
 
 }  // namespace dq::kvtransfer

@@ -22,6 +22,7 @@
 #include "kvtransfer/nccl_connection.h"
 #include "kvtransfer/region_table.h"
 #include "kvtransfer/tcp_socket.h"
+#include "kvtransfer/transfer_table.h"
 #include "kvtransfer/transport.h"
 
 namespace dq::kvtransfer {
@@ -73,7 +74,7 @@ class NcclTransport final : public Transport {
   std::vector<std::unique_ptr<nccl::NcclInbound>> inbound_;
   std::map<std::string, std::shared_ptr<nccl::NcclOutbound>> peers_;
   std::map<RemoteRegionId, Remote> remotes_;
-  std::map<TransferId, std::shared_ptr<nccl::Transfer>> transfers_;
+  TransferTable<nccl::Transfer> transfers_;
   uint64_t next_id_ = 1;
   // Serializes connecting: two first Prepares to one receiver must not build two communicators.
   std::mutex connect_mu_;

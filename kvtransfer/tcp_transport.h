@@ -14,6 +14,7 @@
 #include "kvtransfer/region_table.h"
 #include "kvtransfer/tcp_connection.h"
 #include "kvtransfer/tcp_socket.h"
+#include "kvtransfer/transfer_table.h"
 #include "kvtransfer/transport.h"
 
 namespace dq::kvtransfer {
@@ -61,7 +62,7 @@ class TcpTransport final : public Transport {
   std::vector<std::unique_ptr<TcpInbound>> inbound_;
   std::map<std::string, std::shared_ptr<TcpOutbound>> peers_;
   std::map<RemoteRegionId, Remote> remotes_;
-  std::map<TransferId, std::shared_ptr<TcpTransfer>> transfers_;
+  TransferTable<TcpTransfer> transfers_;
   uint64_t next_id_ = 1;
   std::thread acceptor_;
 };
