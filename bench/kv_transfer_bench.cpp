@@ -2,11 +2,14 @@
 // workers move it: the prefill side's paged cache on --sender-device, a decode lease (one
 // contiguous block run) on --receiver-device in another process, one Post per layer and tensor.
 //   nccl:       straight from device blocks into device blocks (kvtransfer nccl backend);
+//   ucx:        the same with the ucx backend (needs UCX with CUDA loaded: cuda_ipc inside a node;
+//               bench/pack_ucx_libs.sh);
 //   tcp-staged: per layer a device -> pinned-host copy, then a tcp post into the receiver's pinned
 //               staging buffer, and at the end the receiver lands it into its device blocks (what
-//               the workers do for tcp/ucx today).
+//               the workers do for tcp, and for ucx without CUDA).
 // A rep is timed from the first post until the bytes are in the receiver's device memory (nccl:
-// every transfer acknowledged; tcp-staged: acknowledged and landed). The first rep is a warmup;
+// every transfer acknowledged; ucx: every transfer's flush complete; tcp-staged: acknowledged and
+// landed). Every phase prints a line with the elapsed time to stderr. The first rep is a warmup;
 // GB/s is the mean over the others (1 GB = 1e9 bytes). The bytes are checked after the reps.
 // Default shape: Qwen3-4B (36 layers, 8 KV heads, head dim 128, bf16), 8192 tokens, blocks of 16.
 #include <cuda_runtime.h>
@@ -29,6 +32,9 @@
 #include <vector>
 
 #include "kvtransfer/transport.h"
+#ifdef DQ_BENCH_HAS_UCX
+#include "kvtransfer/ucx_transport.h"
+#endif
 #include "tests/unit/kvtransfer/two_process.h"
 
 namespace dq::bench {
@@ -42,7 +48,7 @@ using Clock = std::chrono::steady_clock;
 struct Options {
   int layers = 36, kv_heads = 8, head_dim = 128, block_size = 16, tokens = 8192, reps = 6;
   int sender_device = 0, receiver_device = 1, io_timeout_ms = 30000;
-  std::string backends = "nccl,tcp-staged", out, role = "sender";
+  std::string backends = "nccl,ucx,tcp-staged", out, role = "sender";
   int in_fd = -1, out_fd = -1;
 };
 
@@ -75,6 +81,16 @@ uint64_t Mix(uint64_t x) {  // splitmix64
 void Pattern(int tensor, int layer, std::vector<uint64_t>& out) {
   const uint64_t base = (uint64_t(tensor) << 56) ^ (uint64_t(layer) << 48);
   for (size_t i = 0; i < out.size(); ++i) out[i] = Mix(base + i);
+}
+
+const Clock::time_point kStart = Clock::now();
+
+// One line per phase on stderr, with the seconds since this process started: a run that stalls
+// shows where (the two processes print to the same terminal; the role tells them apart).
+void Progress(const std::string& role, const std::string& what) {
+  std::fprintf(stderr, "[dq-bench-kv %s %7.2f s] %s\n", role.c_str(),
+               std::chrono::duration<double>(Clock::now() - kStart).count(), what.c_str());
+  std::fflush(stderr);
 }
 
 #define BENCH_CUDA(expr)                                                            \
@@ -156,6 +172,17 @@ std::string TransportKind(const std::string& backend) {
   return backend == "tcp-staged" ? "tcp" : backend;
 }
 
+// Whether the backend moves device blocks itself (no staging).
+bool Direct(const std::string& backend) { return backend == "nccl" || backend == "ucx"; }
+
+// Which UCX the ucx transport loaded (for the results), or why it cannot move device memory.
+std::string UcxRuntime(kvtransfer::Transport& t) {
+#ifdef DQ_BENCH_HAS_UCX
+  if (t.name() == "ucx") return static_cast<kvtransfer::UcxTransport&>(t).runtime();
+#endif
+  return "";
+}
+
 // The tcp-staged receiver's pinned staging buffer: [tensor][layer][prompt block].
 uint64_t StagingOffset(const Side& s, int tensor, int layer) {
   return (uint64_t(tensor) * s.o.layers + layer) * s.run_bytes();
@@ -164,6 +191,7 @@ uint64_t StagingOffset(const Side& s, int tensor, int layer) {
 // The decode side: registers the lease's (layer, tensor) regions with each backend (device
 // blocks for nccl, a pinned staging buffer for tcp-staged), then answers land/verify/clear.
 int RunReceiver(const Options& o) {
+  Progress("receiver", "starting on cuda:" + std::to_string(o.receiver_device));
   BENCH_CUDA(cudaSetDevice(o.receiver_device));
   const Side s = ReceiverSide(o);
   const Pools pools = AllocPools(s);
@@ -172,11 +200,23 @@ int RunReceiver(const Options& o) {
       cudaHostAlloc(reinterpret_cast<void**>(&staging), s.total_bytes(), cudaHostAllocPortable));
   std::vector<std::unique_ptr<kvtransfer::Transport>> transports;
   for (const std::string& backend : Backends(o)) {
+    Progress("receiver", "creating the " + backend + " transport");
     transports.push_back(MakeTransport(o, TransportKind(backend), o.receiver_device));
+    if (Direct(backend) && !transports.back()->supports_device_memory()) {
+      const std::string why = "the " + backend + " transport cannot move device memory here" +
+                              (backend == "ucx" ? " (" + UcxRuntime(*transports.back()) +
+                                                      "); load UCX with CUDA (bench/"
+                                                      "pack_ucx_libs.sh) or drop ucx from "
+                                                      "--backends"
+                                                : "");
+      WriteMessage(o.out_fd, "error: " + why);
+      Progress("receiver", why);
+      return 1;
+    }
     for (int l = 0; l < o.layers; ++l) {
       for (int t = 0; t < 2; ++t) {
         char* at =
-            backend == "nccl" ? pools.t[t] + s.run_offset(l) : staging + StagingOffset(s, t, l);
+            Direct(backend) ? pools.t[t] + s.run_offset(l) : staging + StagingOffset(s, t, l);
         auto h = transports.back()->RegisterRegion(at, s.run_bytes());
         Check(h.status(), "registering a lease region");
         WriteMessage(o.out_fd, h->descriptor);
@@ -184,6 +224,7 @@ int RunReceiver(const Options& o) {
     }
   }
   WriteMessage(o.out_fd, "ready");
+  Progress("receiver", "regions registered, ready");
   cudaStream_t stream;
   BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   for (;;) {
@@ -206,6 +247,7 @@ int RunReceiver(const Options& o) {
     }
   }
   transports.clear();
+  Progress("receiver", "done");
   return 0;
 }
 
@@ -248,6 +290,10 @@ Receiver SpawnReceiver(const Options& o, const std::vector<std::string>& flags) 
         std::fprintf(stderr, "dq-bench-kv: the receiver did not start (see its stderr)\n");
         std::exit(1);
       }
+      if (d->rfind("error: ", 0) == 0) {
+        std::fprintf(stderr, "dq-bench-kv: receiver: %s\n", d->c_str() + 7);
+        std::exit(1);
+      }
       r.descriptors[backend].push_back(*d);
     }
   }
@@ -281,7 +327,13 @@ struct SenderSetup {
 SenderSetup Prepare(const Options& o, const std::string& backend, char* const sources[2],
                     uint64_t source_bytes, const std::vector<std::string>& descriptors) {
   SenderSetup s;
+  Progress("sender", backend + ": creating the transport, registering the source");
   s.transport = MakeTransport(o, TransportKind(backend), o.sender_device);
+  if (Direct(backend) && !s.transport->supports_device_memory()) {
+    std::fprintf(stderr, "dq-bench-kv: the %s transport cannot move device memory here %s\n",
+                 backend.c_str(), UcxRuntime(*s.transport).c_str());
+    std::exit(1);
+  }
   for (int t = 0; t < 2; ++t) {
     auto h = s.transport->RegisterRegion(sources[t], source_bytes);
     Check(h.status(), "registering the source");
@@ -294,6 +346,8 @@ SenderSetup Prepare(const Options& o, const std::string& backend, char* const so
     s.remotes.push_back(*id);
   }
   s.setup_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  Progress("sender", backend + ": " + std::to_string(descriptors.size()) +
+                         " lease regions prepared in " + std::to_string(s.setup_ms) + " ms");
   return s;
 }
 
@@ -306,9 +360,16 @@ double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Device blocks straight into device blocks: one Post per layer and tensor, layer by layer.
-nlohmann::json BenchNccl(const Options& o, const Side& s, const Pools& pools, Receiver& r) {
-  SenderSetup setup = Prepare(o, "nccl", pools.t, s.pool_bytes(), r.descriptors["nccl"]);
+void ReportRep(const std::string& backend, int rep, double seconds, uint64_t bytes) {
+  Progress("sender", backend + ": rep " + std::to_string(rep) + " " +
+                         std::to_string(1e3 * seconds) + " ms, " +
+                         std::to_string(bytes / seconds / 1e9) + " GB/s");
+}
+
+// Device blocks straight into device blocks (nccl, ucx): one Post per layer and tensor.
+nlohmann::json BenchDirect(const Options& o, const std::string& backend, const Side& s,
+                           const Pools& pools, Receiver& r) {
+  SenderSetup setup = Prepare(o, backend, pools.t, s.pool_bytes(), r.descriptors[backend]);
   std::vector<double> reps;
   for (int rep = 0; rep < o.reps; ++rep) {
     std::vector<kvtransfer::TransferId> ids;
@@ -323,10 +384,20 @@ nlohmann::json BenchNccl(const Options& o, const Side& s, const Pools& pools, Re
     }
     WaitAll(*setup.transport, ids);
     reps.push_back(Since(t0));
+    ReportRep(backend, rep, reps.back(), s.total_bytes());
   }
+  Progress("sender", backend + ": verifying the receiver's bytes");
   const std::string verified = r.Command("verify");
   r.Command("clear");
-  return Summary(reps, s.total_bytes(), setup.setup_ms, verified);
+  nlohmann::json summary = Summary(reps, s.total_bytes(), setup.setup_ms, verified);
+  if (backend == "ucx") {
+    summary["ucx_runtime"] = UcxRuntime(*setup.transport);
+#ifdef DQ_BENCH_HAS_UCX
+    summary["ucx_endpoint"] =
+        static_cast<kvtransfer::UcxTransport&>(*setup.transport).DescribeEndpoints();
+#endif
+  }
+  return summary;
 }
 
 // What the workers do for tcp: per layer a device -> pinned arena copy behind the "forward
@@ -368,7 +439,9 @@ nlohmann::json BenchTcpStaged(const Options& o, const Side& s, const Pools& pool
     WaitAll(*setup.transport, ids);
     if (r.Command("land") != "ok") std::exit(1);
     reps.push_back(Since(t0));
+    ReportRep("tcp-staged", rep, reps.back(), s.total_bytes());
   }
+  Progress("sender", "tcp-staged: verifying the receiver's bytes");
   const std::string verified = r.Command("verify");
   r.Command("clear");
   setup.transport.reset();
@@ -389,7 +462,17 @@ std::vector<std::string> ShapeFlags(const Options& o) {
 }
 
 int RunSender(const Options& o) {
+  for (const std::string& backend : Backends(o)) {
+    if (backend != "nccl" && backend != "ucx" && backend != "tcp-staged") {
+      std::fprintf(stderr, "dq-bench-kv: unknown backend '%s' (nccl, ucx, tcp-staged)\n",
+                   backend.c_str());
+      return 2;
+    }
+  }
+  Progress("sender", "starting the receiver process (backends " + o.backends + ")");
   Receiver r = SpawnReceiver(o, ShapeFlags(o));
+  Progress("sender",
+           "receiver ready; filling the source on cuda:" + std::to_string(o.sender_device));
   BENCH_CUDA(cudaSetDevice(o.sender_device));
   const Side s = SenderSide(o);
   const Pools pools = AllocPools(s);
@@ -398,7 +481,7 @@ int RunSender(const Options& o) {
   bool ok = true;
   for (const std::string& backend : Backends(o)) {
     results[backend] =
-        backend == "nccl" ? BenchNccl(o, s, pools, r) : BenchTcpStaged(o, s, pools, r);
+        Direct(backend) ? BenchDirect(o, backend, s, pools, r) : BenchTcpStaged(o, s, pools, r);
     ok &= results[backend]["verified"] == "ok";
     std::printf("%-11s %7.2f GB/s mean (best %.2f, warmup %.1f ms, setup %.1f ms), bytes %s\n",
                 backend.c_str(), results[backend]["gbps_mean"].get<double>(),
@@ -406,14 +489,17 @@ int RunSender(const Options& o) {
                 1e3 * results[backend]["warmup_s"].get<double>(),
                 results[backend]["setup_ms"].get<double>(),
                 results[backend]["verified"].get<std::string>().c_str());
+    std::fflush(stdout);
   }
   r.Command("quit");
   waitpid(r.pid, nullptr, 0);
-  // NCCL's tunables (channels per peer, protocols, copy engines) change the figure: record them.
+  Progress("sender", "done");
+  // NCCL's and UCX's tunables (channels, protocols, UCX_TLS) change the figures: record them.
   nlohmann::json env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string kv = *e;
-    if (kv.rfind("NCCL_", 0) == 0 || kv.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0) {
+    if (kv.rfind("NCCL_", 0) == 0 || kv.rfind("UCX_", 0) == 0 ||
+        kv.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0) {
       env[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
     }
   }
@@ -446,9 +532,9 @@ int RunSender(const Options& o) {
 int main(int argc, char** argv) {
   dq::bench::Options o;
   CLI::App app{
-      "dq-bench-kv: KV transfer bandwidth GPU -> GPU (nccl vs tcp through pinned staging)"};
+      "dq-bench-kv: KV transfer bandwidth GPU -> GPU (nccl, ucx, tcp through pinned staging)"};
   app.add_option("--out", o.out, "write the results as JSON here");
-  app.add_option("--backends", o.backends, "comma-separated: nccl, tcp-staged")
+  app.add_option("--backends", o.backends, "comma-separated: nccl, ucx, tcp-staged")
       ->capture_default_str();
   app.add_option("--layers", o.layers)->capture_default_str();
   app.add_option("--kv-heads", o.kv_heads)->capture_default_str();

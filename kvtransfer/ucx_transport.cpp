@@ -12,8 +12,11 @@
 
 #include "common/logging.h"
 #include "common/status.h"
+#include "kvtransfer/cuda_memory.h"
 #include "kvtransfer/descriptor.h"
+#include "kvtransfer/nccl_wire.h"
 #include "kvtransfer/region_table.h"
+#include "kvtransfer/ucx_runtime.h"
 
 namespace dq::kvtransfer {
 namespace {
@@ -44,9 +47,15 @@ struct UcxTransfer {
   RemoteRegionId remote = 0;
   void* flush = nullptr;  // the endpoint flush request; null once complete
   Clock::time_point deadline;
-  std::vector<PinnedRange> sources;  // held until the flush completes
+  std::vector<PinnedRange> sources;  // one per (merged) copy, held until the flush completes
   TransferStatus status;             // what Poll reports
   bool forgotten = false;            // Poll reported it; erase once `flush` completes
+};
+
+// A registered region: its UCX memory handle and whether it is CUDA device memory.
+struct UcxMapping {
+  ucp_mem_h memh = nullptr;
+  bool device = false;
 };
 
 // Runs inside ucp_worker_progress, which only ever runs under State::mu.
@@ -61,11 +70,15 @@ struct UcxTransport::State {
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
   std::string worker_address;
+  // Device regions are allowed: the loaded UCX can register and move CUDA memory, this build has
+  // CUDA, and config.cuda_device names the device (the worker keeps its KV on a GPU).
+  bool cuda_memory = false;
+  std::string runtime;  // which UCX, and whether it has CUDA (logs and errors)
 
   // Guards everything below and every UCX call (the worker is created SERIALIZED).
   std::mutex mu;
   RegionTable regions;
-  std::map<RegionId, ucp_mem_h> memh;
+  std::map<RegionId, UcxMapping> mappings;
   std::map<std::string, std::unique_ptr<UcxPeer>> peers;  // live endpoints by worker address
   std::vector<std::unique_ptr<UcxPeer>> dead_peers;  // closed, kept while remotes point at them
   std::map<RemoteRegionId, UcxRemote> remotes;
@@ -83,10 +96,17 @@ struct UcxTransport::State {
   void Settle(UcxTransfer& t, Clock::time_point now);
   void FinishRequest(UcxTransfer& t, ucs_status_t status);
   void DropRemoteIfUnused(RemoteRegionId id);
-  void IssuePuts(UcxTransfer& t, UcxRemote& remote, std::span<const CopyOp> copies);
+  void IssuePuts(UcxTransfer& t, UcxRemote& remote, const UcxMapping& local,
+                 std::span<const CopyOp> copies);
+  // The device UCX calls of this transport run on (-1: none, host memory only).
+  int Device() const { return cuda_memory ? config.cuda_device : -1; }
 };
 
 absl::Status UcxTransport::State::Init() {
+  const UcxRuntime loaded = LoadedUcx();
+  DQ_RETURN_IF_ERROR(CheckUcxAbi(loaded));
+  // UCX's CUDA transports bind to the current device's context when they start.
+  ScopedCudaDevice bind(BuiltWithCuda() ? config.cuda_device : -1);
   ucp_config_t* ucp_config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &ucp_config);
   if (s == UCS_OK && !config.ucx_transports.empty()) {
@@ -102,8 +122,19 @@ absl::Status UcxTransport::State::Init() {
   if (s != UCS_OK) {
     return absl::UnavailableError(
         absl::StrCat("UCX could not start (", UcsText(s), ") with UCX_TLS='", config.ucx_transports,
-                     "'; run `ucx_info -d` to see the transports here, or use the tcp kvtransfer"));
+                     "' (", DescribeUcx(loaded),
+                     "); run `ucx_info -d` to see the transports here, or use the tcp kvtransfer"));
   }
+  // The context lists the memory types its transports can register: CUDA only where UCX was
+  // built with CUDA and its cuda module loaded (it needs libcuda, i.e. a GPU driver).
+  ucp_context_attr_t attr{};
+  attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  const bool ucx_cuda = ucp_context_query(context, &attr) == UCS_OK &&
+                        (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+  cuda_memory = ucx_cuda && BuiltWithCuda() && config.cuda_device >= 0;
+  runtime = absl::StrCat(
+      DescribeUcx(loaded), ", CUDA memory: ",
+      ucx_cuda ? "yes" : "no (no CUDA transport loaded: a UCX without CUDA, or no GPU driver)");
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
@@ -120,6 +151,7 @@ absl::Status UcxTransport::State::Init() {
 }
 
 UcxTransport::State::~State() {
+  ScopedCudaDevice bind(Device());
   if (worker != nullptr) {
     // rkeys go before their endpoints (UCX's rule) where no put may still use them.
     for (auto& [id, remote] : remotes) {
@@ -137,7 +169,7 @@ UcxTransport::State::~State() {
     for (auto& [id, remote] : remotes) {
       if (remote.rkey != nullptr) ucp_rkey_destroy(remote.rkey);
     }
-    for (auto& [id, handle] : memh) ucp_mem_unmap(context, handle);
+    for (auto& [id, mapping] : mappings) ucp_mem_unmap(context, mapping.memh);
     ucp_worker_destroy(worker);
   }
   if (context != nullptr) ucp_cleanup(context);
@@ -277,6 +309,12 @@ absl::StatusOr<std::unique_ptr<Transport>> UcxTransport::Create(const TransportC
   auto state = std::make_unique<State>();
   state->config = config;
   DQ_RETURN_IF_ERROR(state->Init());
+  if (config.cuda_device >= 0) {
+    // A GPU worker: say whether its KV moves device to device or through host staging.
+    SPDLOG_INFO("kvtransfer ucx: {}; device regions on cuda:{}: {}", state->runtime,
+                config.cuda_device,
+                state->cuda_memory ? "yes" : "no, KV goes through pinned host staging");
+  }
   return std::unique_ptr<Transport>(new UcxTransport(std::move(state)));
 }
 
@@ -292,6 +330,7 @@ UcxTransport::~UcxTransport() {
 void UcxTransport::ProgressLoop() {
   // Polls with a backoff from 20 us to 1 ms when idle: simpler and more portable than UCX's
   // wakeup feature (which not every transport supports), at the cost of a little idle CPU.
+  ScopedCudaDevice bind(state_->Device());
   auto idle = std::chrono::microseconds(20);
   while (!state_->stop.load()) {
     unsigned events;
@@ -312,11 +351,33 @@ absl::StatusOr<RegionHandle> UcxTransport::RegisterRegion(void* ptr, uint64_t by
   if (ptr == nullptr || bytes == 0) {
     return absl::InvalidArgumentError("RegisterRegion needs a non-null pointer and bytes > 0");
   }
+  // Only a GPU worker's transport asks CUDA (a CPU worker must not create a CUDA context).
+  MemoryLocation where;
+  if (state_->config.cuda_device >= 0) {
+    DQ_ASSIGN_OR_RETURN(where, LocateMemory(ptr, bytes));
+  }
+  if (where.device && !state_->cuda_memory) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the ucx kvtransfer cannot register CUDA device memory with the loaded ", state_->runtime,
+        "; load UCX built with CUDA (kvtransfer/README.md, \"UCX with CUDA\") or stage the KV "
+        "through pinned host memory"));
+  }
+  if (where.device && where.cuda_device != state_->config.cuda_device) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the region is memory of cuda:", where.cuda_device,
+                     " but this ucx transport works on cuda:", state_->config.cuda_device,
+                     " (TransportConfig::cuda_device)"));
+  }
   std::lock_guard lock(state_->mu);
+  ScopedCudaDevice bind(state_->Device());
   ucp_mem_map_params_t params{};
   params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
   params.address = ptr;
   params.length = bytes;
+  if (where.device) {
+    params.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+    params.memory_type = UCS_MEMORY_TYPE_CUDA;
+  }
   ucp_mem_h memh = nullptr;
   ucs_status_t s = ucp_mem_map(state_->context, &params, &memh);
   void* rkey = nullptr;
@@ -324,9 +385,11 @@ absl::StatusOr<RegionHandle> UcxTransport::RegisterRegion(void* ptr, uint64_t by
   if (s == UCS_OK) s = ucp_rkey_pack(state_->context, memh, &rkey, &rkey_bytes);
   if (s != UCS_OK) {
     if (memh != nullptr) ucp_mem_unmap(state_->context, memh);
-    return absl::UnavailableError(absl::StrCat("UCX cannot register ", bytes,
-                                               " bytes: ", UcsText(s),
-                                               "; check the locked-memory limit (ulimit -l)"));
+    return absl::UnavailableError(
+        absl::StrCat("UCX cannot register ", bytes,
+                     where.device ? " bytes of device memory: " : " bytes: ", UcsText(s),
+                     where.device ? absl::StrCat(" (", state_->runtime, ")")
+                                  : "; check the locked-memory limit (ulimit -l)"));
   }
   ByteWriter payload;
   payload.Str(state_->worker_address);
@@ -337,7 +400,7 @@ absl::StatusOr<RegionHandle> UcxTransport::RegisterRegion(void* ptr, uint64_t by
   handle.id = state_->regions.Add(ptr, bytes);
   handle.bytes = bytes;
   handle.descriptor = EncodeDescriptor({"ucx", handle.id, bytes, payload.Take()});
-  state_->memh[handle.id] = memh;
+  state_->mappings[handle.id] = UcxMapping{memh, where.device};
   return handle;
 }
 
@@ -345,10 +408,11 @@ absl::Status UcxTransport::ReleaseRegion(RegionId id) {
   // Wait for our own transfers reading it without holding the lock: they finish in Progress.
   DQ_RETURN_IF_ERROR(state_->regions.Remove(id));
   std::lock_guard lock(state_->mu);
-  auto it = state_->memh.find(id);
-  if (it != state_->memh.end()) {
-    ucp_mem_unmap(state_->context, it->second);
-    state_->memh.erase(it);
+  ScopedCudaDevice bind(state_->Device());
+  auto it = state_->mappings.find(id);
+  if (it != state_->mappings.end()) {
+    ucp_mem_unmap(state_->context, it->second.memh);
+    state_->mappings.erase(it);
   }
   return absl::OkStatus();
 }
@@ -364,6 +428,7 @@ absl::StatusOr<RemoteRegionId> UcxTransport::Prepare(std::string_view descriptor
         "ucx region descriptor payload is malformed; pass RegionHandle::descriptor unchanged");
   }
   std::lock_guard lock(state_->mu);
+  ScopedCudaDevice bind(state_->Device());
   DQ_ASSIGN_OR_RETURN(UcxPeer * peer, state_->PeerFor(address));
   ucp_rkey_h rkey = nullptr;
   ucs_status_t s = ucp_ep_rkey_unpack(peer->ep, rkey_buffer.data(), &rkey);
@@ -388,9 +453,16 @@ absl::Status UcxTransport::ReleaseRemote(RemoteRegionId id) {
   return absl::OkStatus();
 }
 
-void UcxTransport::State::IssuePuts(UcxTransfer& t, UcxRemote& remote,
+void UcxTransport::State::IssuePuts(UcxTransfer& t, UcxRemote& remote, const UcxMapping& local,
                                     std::span<const CopyOp> copies) {
   ucp_request_param_t param{};
+  if (local.device) {
+    // Say what the source is instead of letting UCX look it up per put (its memory type cache
+    // misses memory allocated before UCX started).
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    param.memh = local.memh;
+    param.memory_type = UCS_MEMORY_TYPE_CUDA;
+  }
   for (size_t i = 0; i < copies.size(); ++i) {
     if (copies[i].bytes == 0) continue;
     ucs_status_ptr_t put = ucp_put_nbx(remote.peer->ep, t.sources[i].data(), copies[i].bytes,
@@ -405,7 +477,8 @@ void UcxTransport::State::IssuePuts(UcxTransfer& t, UcxRemote& remote,
     // Freed now, completed by the flush below; the flush is what we track.
     if (UCS_PTR_IS_PTR(put)) ucp_request_free(put);
   }
-  ucs_status_ptr_t flush = ucp_ep_flush_nbx(remote.peer->ep, &param);
+  ucp_request_param_t flush_param{};
+  ucs_status_ptr_t flush = ucp_ep_flush_nbx(remote.peer->ep, &flush_param);
   ++remote.inflight;
   if (UCS_PTR_IS_PTR(flush)) {
     t.flush = flush;
@@ -429,12 +502,16 @@ absl::StatusOr<TransferId> UcxTransport::Post(RegionId local, RemoteRegionId rem
         "reconnect (or reserve a new lease)");
   }
   DQ_ASSIGN_OR_RETURN(uint64_t local_bytes, state_->regions.Size(local));
-  UcxTransfer t;
   for (const CopyOp& op : copies) {
     DQ_RETURN_IF_ERROR(
         CheckRange(op.local_offset, op.bytes, local_bytes, absl::StrCat("local region ", local)));
     DQ_RETURN_IF_ERROR(CheckRange(op.remote_offset, op.bytes, target.bytes,
                                   absl::StrCat("remote region ", target.region)));
+  }
+  // Fewer, larger puts: adjacent block runs become one put (one cudaMemcpy for cuda_ipc).
+  const std::vector<CopyOp> merged = nccl::MergeAdjacentCopies(copies);
+  UcxTransfer t;
+  for (const CopyOp& op : merged) {
     DQ_ASSIGN_OR_RETURN(PinnedRange pin,
                         PinRange(state_->regions, local, op.local_offset, op.bytes));
     t.sources.push_back(std::move(pin));
@@ -444,9 +521,14 @@ absl::StatusOr<TransferId> UcxTransport::Post(RegionId local, RemoteRegionId rem
   t.deadline = Clock::now() + std::chrono::milliseconds(state_->config.io_timeout_ms);
   TransferId id = state_->next_id++;
   UcxTransfer& placed = state_->transfers[id] = std::move(t);
-  state_->IssuePuts(placed, target, copies);
+  ScopedCudaDevice bind(state_->Device());
+  state_->IssuePuts(placed, target, state_->mappings.at(local), merged);
   return id;
 }
+
+bool UcxTransport::supports_device_memory() const { return state_->cuda_memory; }
+
+const std::string& UcxTransport::runtime() const { return state_->runtime; }
 
 std::string UcxTransport::DescribeEndpoints() {
   std::lock_guard lock(state_->mu);
@@ -463,6 +545,7 @@ std::string UcxTransport::DescribeEndpoints() {
 
 TransferStatus UcxTransport::Poll(TransferId id) {
   std::lock_guard lock(state_->mu);
+  ScopedCudaDevice bind(state_->Device());
   state_->Progress();
   auto it = state_->transfers.find(id);
   if (it == state_->transfers.end() || it->second.forgotten) {

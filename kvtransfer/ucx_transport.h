@@ -1,9 +1,14 @@
-// UCX backend (Debian's UCX: host memory). Regions are registered with ucp_mem_map; a region's
-// descriptor carries the owner's UCP worker address, the region's address and its packed rkey,
-// so Prepare needs no other exchange: it creates (or reuses) an endpoint to that worker and
-// unpacks the rkey. Post issues one ucp_put_nbx per copy and one endpoint flush; the transfer is
-// done when the flush completes. A progress thread drives the worker (the receiver must
-// progress too: over UCX's tcp transport, RMA is emulated with active messages).
+// UCX backend. Host memory with any UCX; CUDA device memory too where the loaded UCX has its
+// CUDA transports (the libucx-cu13 wheel's: cuda_ipc between GPUs of one node, cuda_copy; RDMA to
+// other nodes needs a UCX with its ib module as well, which that wheel lacks) and the transport
+// was given a cuda_device. Debian's UCX 1.13 has no CUDA. Regions are registered with
+// ucp_mem_map (CUDA memory type for device memory, found with cudaPointerGetAttributes); a
+// region's descriptor carries the owner's UCP worker address, the region's address and its
+// packed rkey, so Prepare needs no other exchange: it creates (or reuses) an endpoint to that
+// worker and unpacks the rkey. Post merges adjacent copies, issues one ucp_put_nbx per merged
+// copy and one endpoint flush; the transfer is done when the flush completes. A progress thread
+// drives the worker (the receiver must progress too: over UCX's tcp transport, RMA is emulated
+// with active messages; cuda_ipc puts are the sender's cudaMemcpys into the receiver's memory).
 //
 // io_timeout_ms bounds a whole transfer (UCX reports no partial progress). Endpoints use peer
 // error handling, so a dead peer fails its transfers as soon as UCX notices, and the timeout
@@ -25,7 +30,10 @@ class UcxTransport final : public Transport {
   ~UcxTransport() override;
 
   std::string_view name() const override { return "ucx"; }
-  bool supports_device_memory() const override { return false; }
+  // True when the loaded UCX can move CUDA memory (its context lists UCS_MEMORY_TYPE_CUDA), this
+  // build has CUDA and TransportConfig::cuda_device >= 0; then RegisterRegion takes device memory
+  // of that device as well as host memory. False: host memory only (workers stage through it).
+  bool supports_device_memory() const override;
   std::string address() const override { return ""; }
 
   absl::StatusOr<RegionHandle> RegisterRegion(void* ptr, uint64_t bytes) override;
@@ -39,6 +47,9 @@ class UcxTransport final : public Transport {
   // UCX's description of every live endpoint (ucp_ep_print_info: its lanes and the transports
   // and devices they run on), for logs and tests that need to know what UCX picked.
   std::string DescribeEndpoints();
+  // Which UCX is loaded and whether it has CUDA: "UCX 1.22.0 (/path/libucp.so.0), built against
+  // 1.13, CUDA memory: yes".
+  const std::string& runtime() const;
 
   // UCX handles and bookkeeping, defined in ucx_transport.cpp so UCX headers stay out of here.
   struct State;

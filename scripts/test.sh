@@ -15,7 +15,7 @@ if [ -x /usr/local/cuda/bin/nvcc ] && [ "${DQ_SKIP_CUDA_BUILD:-0}" != 1 ]; then
   echo "test: compiling the CUDA backend (release-cuda preset)"
   cmake --preset release-cuda >/dev/null
   cmake --build --preset release-cuda --target dq_engine_cuda dq_gpu_tests dq-bench-gpu dqserve \
-    dq-prefill dq-decode dq-bench-odp dq-bench-kv dq_nccl_gpu_tests dq_nccl_receiver
+    dq-prefill dq-decode dq-bench-odp dq-bench-kv dq_nccl_gpu_tests dq_ucx_gpu_tests dq_kv_receiver
 fi
 if [ "${DQ_SANITIZERS:-0}" = "1" ]; then
   echo "test: unit tests under ASan + UBSan (dev preset)"

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "kvtransfer/ucx_runtime.h"
 #include "tests/unit/kvtransfer/transport_scenarios.h"
 
 namespace dq::kvtransfer::testing {
@@ -105,6 +106,31 @@ TEST_P(UcxTransportTest, PeerKilledMidTransferEndsWithinSeconds) {
   // Over tcp the stopped receiver must progress for the puts to land, so the in-flight transfer
   // must fail; shared-memory transports may finish writing without the receiver's help.
   PeerKilledMidTransfer(*s, plan, /*must_fail_in_flight=*/GetParam() == "tcp");
+}
+
+// A CPU worker's transport (no cuda_device) is host-only whatever UCX is loaded, so workers stage
+// through host memory; the runtime description names the loaded UCX for logs.
+TEST(UcxRuntimeTest, HostOnlyWithoutACudaDeviceAndSaysWhichUcx) {
+  TransportConfig c;
+  c.kind = "ucx";
+  auto t = CreateTransport(c);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_FALSE((*t)->supports_device_memory());
+  const std::string& runtime = static_cast<UcxTransport*>(t->get())->runtime();
+  EXPECT_NE(runtime.find("UCX 1."), std::string::npos) << runtime;
+  EXPECT_NE(runtime.find("CUDA memory: "), std::string::npos) << runtime;
+  std::printf("[ info ] %s\n", runtime.c_str());
+}
+
+TEST(UcxRuntimeTest, OlderOrOtherMajorUcxIsRefusedWithBothVersions) {
+  UcxRuntime loaded = LoadedUcx();
+  EXPECT_TRUE(CheckUcxAbi(loaded).ok()) << CheckUcxAbi(loaded);
+  UcxRuntime old{1, 0, 0, "/old/libucp.so.0"};
+  absl::Status s = CheckUcxAbi(old);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("UCX 1.0.0 (/old/libucp.so.0)"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("LD_LIBRARY_PATH"), std::string::npos) << s;
+  EXPECT_EQ(CheckUcxAbi({2, 0, 0, ""}).code(), absl::StatusCode::kFailedPrecondition);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tls, UcxTransportTest, ::testing::Values("tcp", "sm", ""),

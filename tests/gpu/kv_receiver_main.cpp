@@ -1,11 +1,13 @@
-// dq_nccl_receiver: the receiving side of tests/gpu/nccl_transport_test.cpp, a process of its own
-// on its own GPU (NCCL refuses two ranks of one communicator on one GPU, and a forked child of a
-// process that already used CUDA cannot use it). It registers zeroed device regions with an nccl
-// transport, sends their descriptors, and answers commands over two pipes (length-prefixed
-// messages, tests/unit/kvtransfer/two_process.h):
+// dq_kv_receiver: the receiving side of the two-GPU transport tests (tests/gpu/nccl_transport_test
+// .cpp, ucx_transport_test.cpp), a process of its own on its own GPU (NCCL refuses two ranks of
+// one communicator on one GPU, and a forked child of a process that already used CUDA cannot use
+// it). It registers zeroed device regions with a transport of --kind (nccl, ucx), sends their
+// descriptors, and answers commands over two pipes (length-prefixed messages,
+// tests/unit/kvtransfer/two_process.h):
 //   "verify <i>" -> "ok" or where region i differs from what CopyPlan(sizes, seed) says it holds
 //   "release <i>" -> "ok" or the error;  "register <bytes>" -> a new region's descriptor;  "quit".
-// Usage: dq_nccl_receiver --in-fd N --out-fd N --device D --seed S --timeout-ms T --sizes a,b,c
+// Usage: dq_kv_receiver --kind K --in-fd N --out-fd N --device D --seed S --timeout-ms T
+//                       --sizes a,b,c
 #include <cuda_runtime.h>
 #include <unistd.h>
 
@@ -24,13 +26,16 @@ namespace {
 struct Args {
   int in = -1, out = -1, device = 1, timeout_ms = 10000;
   uint32_t seed = 7;
+  std::string kind = "nccl";
   std::vector<uint64_t> sizes;
 };
 
 bool ParseArgs(int argc, char** argv, Args* a) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--in-fd")
+    if (k == "--kind")
+      a->kind = v;
+    else if (k == "--in-fd")
       a->in = std::atoi(v.c_str());
     else if (k == "--out-fd")
       a->out = std::atoi(v.c_str());
@@ -77,11 +82,16 @@ int Main(const Args& a) {
   if (cudaSetDevice(a.device) != cudaSuccess) Fail(a.out, "cannot select the receiver's GPU");
   CopyPlan plan(a.sizes, a.seed);
   TransportConfig config;
-  config.kind = "nccl";
+  config.kind = a.kind;
   config.cuda_device = a.device;
   config.io_timeout_ms = a.timeout_ms;
   auto transport = CreateTransport(config);
   if (!transport.ok()) Fail(a.out, std::string(transport.status().message()));
+  if (!(*transport)->supports_device_memory()) {
+    Fail(a.out, "the " + a.kind +
+                    " transport here cannot move device memory (ucx: load UCX built with CUDA, "
+                    "kvtransfer/README.md)");
+  }
   WriteMessage(a.out, "ready");
   std::vector<void*> regions;
   std::vector<uint64_t> sizes;
@@ -124,8 +134,8 @@ int main(int argc, char** argv) {
   dq::kvtransfer::testing::Args args;
   if (!dq::kvtransfer::testing::ParseArgs(argc, argv, &args)) {
     std::fprintf(stderr,
-                 "usage: dq_nccl_receiver --in-fd N --out-fd N --device D --seed S "
-                 "--timeout-ms T --sizes a,b,c\n");
+                 "usage: dq_kv_receiver --kind nccl|ucx --in-fd N --out-fd N --device D "
+                 "--seed S --timeout-ms T --sizes a,b,c\n");
     return 2;
   }
   return dq::kvtransfer::testing::Main(args);
