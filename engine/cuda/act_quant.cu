@@ -6,6 +6,7 @@
 
 #include "engine/cuda/act_quant.h"
 #include "engine/cuda/cuda_check.h"
+#include "engine/quant/nvfp4_scale_layout.h"
 
 namespace dq::cuda {
 namespace {
@@ -150,6 +151,26 @@ __device__ __forceinline__ void Nvfp4Block(const __nv_bfloat16* in, float g, __n
   }
 }
 
+// The row's NVFP4 global scale G_a: `static_g` when > 0, else from the row's finite amax as the
+// CPU does. Every thread of the CTA gets it.
+template <bool kVec>
+__device__ float Nvfp4RowGlobal(const __nv_bfloat16* row, int64_t blocks, float static_g,
+                                float* smem) {
+  if (static_g > 0.0f) return static_g;
+  float amax = 0.0f;
+  for (int64_t b = threadIdx.x; b < blocks; b += blockDim.x) {
+    float f[16];
+    Load8<kVec>(row + b * 16, f);
+    Load8<kVec>(row + b * 16 + 8, f + 8);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) amax = fmaxf(amax, FiniteAbs(f[i]));
+  }
+  amax = BlockMax(amax, smem);
+  // torch's 2688 / amax: reciprocal, then product (two roundings), as the CPU does.
+  const float g = __fmul_rn(__fdiv_rn(1.0f, fmaxf(amax, FLT_MIN)), 2688.0f);
+  return isfinite(g) ? g : 1.0f;
+}
+
 template <bool kVec>
 __global__ void __launch_bounds__(kThreads)
     QuantDequantNvfp4Kernel(const __nv_bfloat16* x, int64_t n, float static_g, __nv_bfloat16* xq,
@@ -158,24 +179,85 @@ __global__ void __launch_bounds__(kThreads)
   const __nv_bfloat16* row = x + blockIdx.x * n;
   __nv_bfloat16* orow = xq + blockIdx.x * n;
   const int64_t blocks = n / 16;
-  float g = static_g;
-  if (!(g > 0.0f)) {
-    float amax = 0.0f;
-    for (int64_t b = threadIdx.x; b < blocks; b += blockDim.x) {
-      float f[16];
-      Load8<kVec>(row + b * 16, f);
-      Load8<kVec>(row + b * 16 + 8, f + 8);
-#pragma unroll
-      for (int i = 0; i < 16; ++i) amax = fmaxf(amax, FiniteAbs(f[i]));
-    }
-    amax = BlockMax(amax, smem);
-    // torch's 2688 / amax: reciprocal, then product (two roundings), as the CPU does.
-    g = __fmul_rn(__fdiv_rn(1.0f, fmaxf(amax, FLT_MIN)), 2688.0f);
-    if (!isfinite(g)) g = 1.0f;
-  }
+  const float g = Nvfp4RowGlobal<kVec>(row, blocks, static_g, smem);
   if (threadIdx.x == 0) inv_global[blockIdx.x] = __fdiv_rn(1.0f, g);
   for (int64_t b = threadIdx.x; b < blocks; b += blockDim.x) {
     Nvfp4Block<kVec>(row + b * 16, g, orow + b * 16);
+  }
+}
+
+// The CPU's FloatToE2M1: the nibble of the E2M1 value nearest to v (ties to even, saturating),
+// sign bit from v's (so -0 and small negatives give 8), NaN -> 0.
+__device__ __forceinline__ uint32_t E2M1Code(float v) {
+  if (isnan(v)) return 0u;
+  const float a = fabsf(v);
+  uint32_t c;
+  if (a <= 0.25f) {
+    c = 0;
+  } else if (a < 0.75f) {
+    c = 1;
+  } else if (a <= 1.25f) {
+    c = 2;
+  } else if (a < 1.75f) {
+    c = 3;
+  } else if (a <= 2.5f) {
+    c = 4;
+  } else if (a < 3.5f) {
+    c = 5;
+  } else if (a <= 5.0f) {
+    c = 6;
+  } else {
+    c = 7;
+  }
+  return c | (signbit(v) ? 8u : 0u);
+}
+
+// One NVFP4 block of 16 values under global scale g, in stored form: 8 bytes of nibbles
+// (element 2j low) and the UE4M3 scale code, as PackNvfp4ActivationRow computes them.
+template <bool kVec>
+__device__ __forceinline__ uint8_t Nvfp4PackBlock(const __nv_bfloat16* in, float g, uint2* out) {
+  float f[16];
+  Load8<kVec>(in, f);
+  Load8<kVec>(in + 8, f + 8);
+  float bamax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) bamax = fmaxf(bamax, FiniteAbs(f[i]));
+  uint8_t code = ToE4M3(__fmul_rn(g, __fdiv_rn(bamax, 6.0f)));
+  if (FromE4M3(code) == 0.0f) code = ToE4M3(0.125f);  // compressed-tensors' guard
+  const float step = __fdiv_rn(FromE4M3(code), g);
+  uint2 p = make_uint2(0u, 0u);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    p.x |= E2M1Code(__fdiv_rn(f[i], step)) << (4 * i);
+    p.y |= E2M1Code(__fdiv_rn(f[8 + i], step)) << (4 * i);
+  }
+  *out = p;
+  return code;
+}
+
+// One CTA per row of the padded scale tensor: rows < m quantize; the others (up to the next
+// multiple of 128) only zero their scale padding, as do real rows past their last block.
+template <bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    QuantizeNvfp4PackedKernel(const __nv_bfloat16* x, int64_t m, int64_t n, float static_g,
+                              uint2* packed, uint8_t* tiled_scales, float* inv_global) {
+  __shared__ float smem[32];
+  const int64_t r = blockIdx.x;
+  const int64_t blocks = n / 16;
+  const int64_t padded_cols = TiledScaleCols(blocks);
+  if (r >= m) {
+    for (int64_t b = threadIdx.x; b < padded_cols; b += blockDim.x) {
+      tiled_scales[TiledScaleOffset(r, b, blocks)] = 0;
+    }
+    return;
+  }
+  const __nv_bfloat16* row = x + r * n;
+  const float g = Nvfp4RowGlobal<kVec>(row, blocks, static_g, smem);
+  if (threadIdx.x == 0) inv_global[r] = __fdiv_rn(1.0f, g);
+  for (int64_t b = threadIdx.x; b < padded_cols; b += blockDim.x) {
+    uint8_t code = 0;
+    if (b < blocks) code = Nvfp4PackBlock<kVec>(row + b * 16, g, packed + r * blocks + b);
+    tiled_scales[TiledScaleOffset(r, b, blocks)] = code;
   }
 }
 
@@ -217,6 +299,27 @@ void QuantDequantNvfp4(const __nv_bfloat16* x, int64_t m, int64_t n, float act_g
   } else {
     QuantDequantNvfp4Kernel<false>
         <<<grid, kThreads, 0, stream>>>(x, n, act_global_scale, xq, inv_global);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+void QuantizeNvfp4Packed(const Nvfp4PackedActivations& a, cudaStream_t stream) {
+  CheckRows(a.m, "QuantizeNvfp4Packed");
+  if (a.n % 16 != 0 || reinterpret_cast<uintptr_t>(a.packed) % 8 != 0) {
+    std::fprintf(stderr,
+                 "QuantizeNvfp4Packed: row length %lld is not a multiple of 16 or the packed "
+                 "output is not 8-byte aligned\n",
+                 static_cast<long long>(a.n));
+    std::abort();
+  }
+  const unsigned grid = static_cast<unsigned>(TiledScaleRows(a.m));
+  auto* packed = reinterpret_cast<uint2*>(a.packed);
+  if (Aligned16(a.x)) {
+    QuantizeNvfp4PackedKernel<true><<<grid, kThreads, 0, stream>>>(
+        a.x, a.m, a.n, a.act_global_scale, packed, a.tiled_scales, a.inv_global);
+  } else {
+    QuantizeNvfp4PackedKernel<false><<<grid, kThreads, 0, stream>>>(
+        a.x, a.m, a.n, a.act_global_scale, packed, a.tiled_scales, a.inv_global);
   }
   CUDA_CHECK_LAUNCH();
 }

@@ -6,6 +6,7 @@
 //   nvfp4: bf16 values E2M1 * E4M3 block scale (exact in bf16: at most 6 significant bits) and
 //          the per-token 1 / G_a (the CPU's x' = E2M1 * (s_b / G_a)); the 1 / G_a factor is
 //          applied to the GEMM's result.
+//   nvfp4 packed: the E2M1 codes and UE4M3 block scales themselves (for FP4 tensor cores).
 // One CTA per token row; bf16 input [m, n] row-major.
 #pragma once
 
@@ -28,5 +29,22 @@ void QuantizeFp8PerToken(const __nv_bfloat16* x, int64_t m, int64_t n, __nv_fp8_
 // Writes xq [m, n] = E2M1(code) * s_b (NaN kept) and inv_global [m] = 1 / G_a (fp32).
 void QuantDequantNvfp4(const __nv_bfloat16* x, int64_t m, int64_t n, float act_global_scale,
                        __nv_bfloat16* xq, float* inv_global, cudaStream_t stream);
+
+// NVFP4 quantization per token in stored form, for FP4 GEMMs (Blackwell): the codes that
+// QuantDequantNvfp4 dequantizes (and the CPU's PackNvfp4ActivationRow writes), byte for byte.
+// NaN activations have no E2M1 code and become +0 here (QuantDequantNvfp4 keeps them).
+struct Nvfp4PackedActivations {
+  const __nv_bfloat16* x = nullptr;  // [m, n], n % 16 == 0
+  int64_t m = 0;
+  int64_t n = 0;
+  float act_global_scale = 0.0f;  // static G_a, or <= 0: per row from its amax
+  // Outputs: packed [m, n / 2] E2M1 (element 2j in the low nibble; 8-byte aligned), UE4M3 block
+  // scales in cuBLASLt's tiled layout (TiledScaleBytes(m, n / 16) bytes, padding zeroed; see
+  // engine/quant/nvfp4_scale_layout.h) and inv_global [m] = 1 / G_a.
+  uint8_t* packed = nullptr;
+  uint8_t* tiled_scales = nullptr;
+  float* inv_global = nullptr;
+};
+void QuantizeNvfp4Packed(const Nvfp4PackedActivations& args, cudaStream_t stream);
 
 }  // namespace dq::cuda

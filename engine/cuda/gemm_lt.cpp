@@ -38,14 +38,58 @@ void CheckArgs(const GemmArgs& a) {
   const bool one_output = (a.y_bf16 != nullptr) != (a.y_f32 != nullptr);
   const bool scales_paired = (a.x_scale == nullptr) == (a.w_scale == nullptr);
   const bool scales_ok = a.x_scale == nullptr || a.input == GemmInput::kE4M3;
+  const bool fp4 = a.input == GemmInput::kE2M1;
+  const bool block_ok = fp4 ? (a.x_block_scale != nullptr && a.w_block_scale != nullptr &&
+                               a.x_scale == nullptr && a.k % 16 == 0)
+                            : (a.x_block_scale == nullptr && a.w_block_scale == nullptr);
   const bool acc_ok = !a.accumulate || a.y_f32 != nullptr;
   if (a.m < 1 || a.n < 1 || a.k < 1 || a.x == nullptr || a.w == nullptr || !one_output ||
-      !scales_paired || !scales_ok || !acc_ok) {
+      !scales_paired || !scales_ok || !acc_ok || !block_ok) {
     std::fprintf(stderr, "GemmLt: bad arguments (m %lld, n %lld, k %lld)\n",
                  static_cast<long long>(a.m), static_cast<long long>(a.n),
                  static_cast<long long>(a.k));
     std::abort();
   }
+}
+
+// VEC16_UE4M3 block scaling for both operands (W is cuBLASLt's A). A cuBLASLt that rejects
+// the attributes makes the plan unsupported instead of aborting.
+bool DescribeBlockScales(cublasLtMatmulDesc_t d, const GemmArgs& args) {
+  const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3;
+  const void* a_scale = args.w_block_scale;
+  const void* b_scale = args.x_block_scale;
+  return cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode) ==
+             CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode) ==
+             CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale,
+                                        sizeof a_scale) == CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale,
+                                        sizeof b_scale) == CUBLAS_STATUS_SUCCESS;
+}
+
+cudaDataType_t InputType(GemmInput input) {
+  switch (input) {
+    case GemmInput::kE4M3:
+      return CUDA_R_8F_E4M3;
+    case GemmInput::kE2M1:
+      return CUDA_R_4F_E2M1;
+    case GemmInput::kBf16:
+      break;
+  }
+  return CUDA_R_16BF;
+}
+
+const char* InputName(GemmInput input) {
+  switch (input) {
+    case GemmInput::kE4M3:
+      return "E4M3";
+    case GemmInput::kE2M1:
+      return "E2M1 (block-scaled)";
+    case GemmInput::kBf16:
+      break;
+  }
+  return "bf16";
 }
 
 }  // namespace
@@ -88,7 +132,7 @@ GemmLt::Plan& GemmLt::GetPlan(const GemmArgs& args) {
   if (it != plans_.end()) return *it->second;
 
   auto plan = std::make_unique<Plan>();
-  const cudaDataType_t in_type = args.input == GemmInput::kE4M3 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+  const cudaDataType_t in_type = InputType(args.input);
   const cudaDataType_t out_type = args.y_f32 != nullptr ? CUDA_R_32F : CUDA_R_16BF;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   SetDesc(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
@@ -102,7 +146,11 @@ GemmLt::Plan& GemmLt::GetPlan(const GemmArgs& args) {
     SetDesc(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
             static_cast<const void*>(args.x_scale));
   }
-  // Column-major view: A = W as [k, n] (ld k), B = X as [k, m] (ld k), C = D = Y as [n, m].
+  if (args.input == GemmInput::kE2M1 && !DescribeBlockScales(plan->desc, args)) {
+    return *plans_.emplace(key, std::move(plan)).first->second;  // not ok: unsupported here
+  }
+  // Column-major view (sizes and leading dimensions in elements, FP4 included): A = W as [k, n] (ld
+  // k), B = X as [k, m] (ld k), C = D = Y as [n, m].
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, in_type, args.k, args.n, args.k));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, in_type, args.k, args.m, args.k));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->c, out_type, args.n, args.m, args.n));
@@ -132,7 +180,7 @@ void GemmLt::Run(const GemmArgs& args, cudaStream_t stream) {
     std::fprintf(stderr,
                  "GemmLt: cuBLASLt has no algorithm for %s m %lld n %lld k %lld (scaled %d, "
                  "%s output)\n",
-                 args.input == GemmInput::kE4M3 ? "E4M3" : "bf16", static_cast<long long>(args.m),
+                 InputName(args.input), static_cast<long long>(args.m),
                  static_cast<long long>(args.n), static_cast<long long>(args.k),
                  args.x_scale != nullptr ? 1 : 0, args.y_f32 != nullptr ? "fp32" : "bf16");
     std::abort();
@@ -143,6 +191,12 @@ void GemmLt::Run(const GemmArgs& args, cudaStream_t stream) {
             static_cast<const void*>(args.w_scale));
     SetDesc(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
             static_cast<const void*>(args.x_scale));
+  }
+  if (args.input == GemmInput::kE2M1) {
+    SetDesc(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+            static_cast<const void*>(args.w_block_scale));
+    SetDesc(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+            static_cast<const void*>(args.x_block_scale));
   }
   void* y = args.y_bf16 != nullptr ? static_cast<void*>(args.y_bf16) : args.y_f32;
   const float beta = args.accumulate ? 1.0f : 0.0f;

@@ -23,7 +23,10 @@
 
 namespace dq::cuda {
 
-enum class GemmInput { kBf16, kE4M3 };
+// kE2M1: packed FP4 operands with UE4M3 block scales per 16 along k (NVFP4; Blackwell's
+// block-scaled tensor cores, CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3). cuBLASLt has no such
+// kernel before compute capability 10.0: Supported() says so.
+enum class GemmInput { kBf16, kE4M3, kE2M1 };
 
 struct GemmArgs {
   GemmInput input = GemmInput::kBf16;
@@ -37,6 +40,11 @@ struct GemmArgs {
   // Both set or both null.
   const float* x_scale = nullptr;  // [m]
   const float* w_scale = nullptr;  // [n]
+  // Block scales (kE2M1 only, both required): UE4M3 in cuBLASLt's tiled layout
+  // (engine/quant/nvfp4_scale_layout.h), [m, k / 16] for x and [n, k / 16] for w. x and w are
+  // then packed E2M1 [m, k / 2] and [n, k / 2]. y = alpha * sum_k(x * sx * w * sw).
+  const uint8_t* x_block_scale = nullptr;
+  const uint8_t* w_block_scale = nullptr;
   // Exactly one output: bf16 overwritten, or fp32 accumulated into (accumulate = true: y += ...;
   // false: y = ...).
   __nv_bfloat16* y_bf16 = nullptr;

@@ -1,6 +1,7 @@
 #include "engine/cuda/linear.h"
 
 #include <cuda_fp8.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include "engine/cuda/gemm_lt.h"
 #include "engine/cuda/linear_kernels.h"
 #include "engine/quant/ggml_blocks.h"
+#include "engine/quant/nvfp4_scale_layout.h"
 
 namespace dq::cuda {
 namespace {
@@ -83,16 +85,22 @@ absl::StatusOr<DeviceLinear> UploadFp8(const LinearWeight& w) {
   return d;
 }
 
-absl::StatusOr<DeviceLinear> UploadNvfp4(const LinearWeight& w) {
+absl::StatusOr<DeviceLinear> UploadNvfp4(const LinearWeight& w, Nvfp4Path path) {
   const QuantizedView& q = w.quantized;
   DeviceLinear d;
-  d.kind = LinearKind::kNvfp4W4A4;
   d.out_features = w.out_features;
   d.in_features = w.in_features;
   const ComponentView& packed = q.parts.at("weight_packed");
   const ComponentView& scales = q.parts.at("weight_scale");
   d.weight = DeviceBuffer::From(std::span<const uint8_t>(packed.data, packed.nbytes));
-  d.weight_scale = DeviceBuffer::From(std::span<const uint8_t>(scales.data, scales.nbytes));
+  if (path == Nvfp4Path::kNativeFp4) {
+    d.kind = LinearKind::kNvfp4W4A4Native;
+    d.weight_scale =
+        DeviceBuffer::From(ScalesToTiled(scales.data, w.out_features, w.in_features / 16));
+  } else {
+    d.kind = LinearKind::kNvfp4W4A4;
+    d.weight_scale = DeviceBuffer::From(std::span<const uint8_t>(scales.data, scales.nbytes));
+  }
   std::memcpy(&d.weight_global_scale, q.parts.at("weight_global_scale").data, 4);
   d.act_global_scale = w.act_global_scale;
   return d;
@@ -120,6 +128,14 @@ int64_t DeviceLinear::device_bytes() const {
 }
 
 absl::StatusOr<DeviceLinear> UploadLinear(const LinearWeight& w) {
+  if (w.codec != nullptr && w.mode == ComputeMode::kW4A4 && w.codec->scheme() == "nvfp4") {
+    DQ_ASSIGN_OR_RETURN(const Nvfp4Path path, Nvfp4PathForCurrentDevice());
+    return UploadLinear(w, path);
+  }
+  return UploadLinear(w, Nvfp4Path::kUnpackBf16);
+}
+
+absl::StatusOr<DeviceLinear> UploadLinear(const LinearWeight& w, Nvfp4Path nvfp4_path) {
   if (w.out_features <= 0 || w.in_features <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("linear layer has shape [", w.out_features, ", ", w.in_features, "]"));
@@ -133,7 +149,7 @@ absl::StatusOr<DeviceLinear> UploadLinear(const LinearWeight& w) {
   const std::string scheme(w.codec->scheme());
   DQ_RETURN_IF_ERROR(w.codec->Validate(w.quantized, absl::StrCat("linear (", scheme, ")")));
   if (w.mode == ComputeMode::kW8A8 && scheme == "fp8") return UploadFp8(w);
-  if (w.mode == ComputeMode::kW4A4 && scheme == "nvfp4") return UploadNvfp4(w);
+  if (w.mode == ComputeMode::kW4A4 && scheme == "nvfp4") return UploadNvfp4(w, nvfp4_path);
   if (w.mode != ComputeMode::kWeightOnly) {
     return absl::UnimplementedError(absl::StrCat("compute mode ", ComputeModeName(w.mode),
                                                  " is not defined for scheme '", scheme,
@@ -150,7 +166,10 @@ struct LinearContext::Impl {
   DeviceBuffer row_scale;  // f32 [m]: per-token scale (fp8) or 1 / G_a (nvfp4)
   DeviceBuffer weight;     // bf16 [out, in]: unpacked nvfp4 / dequantized weight-only
   DeviceBuffer acc;        // f32 [rows, out] epilogue tile
+  DeviceBuffer act_scale;  // UE4M3 block scales of packed NVFP4 activations, tiled
+  DeviceBuffer act_bf16;   // bf16 [m, in]: packed NVFP4 activations unpacked (no FP4 GEMM)
   bool force_epilogue = false;
+  bool logged_fp4_fallback = false;
 
   template <typename T = void>
   T* Ensure(DeviceBuffer& buf, int64_t bytes, cudaStream_t stream, const char* what) {
@@ -178,6 +197,13 @@ void LinearContext::Reserve(int64_t max_m, int64_t max_in, int64_t max_out) {
   c.Ensure(c.row_scale, 4 * max_m, s, "row scale");
   c.Ensure(c.weight, 2 * max_out * max_in, s, "weight");
   c.Ensure(c.acc, 4 * EpilogueRows(max_m, max_out) * max_out, s, "epilogue");
+  if (Nvfp4PathIfChosen() != Nvfp4Path::kNativeFp4) return;
+  c.Ensure(c.act_scale, TiledScaleBytes(max_m, (max_in + 15) / 16), s, "activation block scale");
+  // The native path's bf16 stand-in runs where FP4 tensor cores are missing (cc < 10).
+  int device = 0, major = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  if (major < 10) c.Ensure(c.act_bf16, 2 * max_m * max_in, s, "unpacked activation");
 }
 
 void LinearContext::ForceScaleEpilogueForTesting(bool on) { impl_->force_epilogue = on; }
@@ -199,20 +225,30 @@ GemmArgs BaseGemm(GemmInput input, const void* x, const void* w, const DeviceLin
   return g;
 }
 
+// Rows per epilogue chunk of `g`; FP4 activations' tiled block scales restart every 128 rows.
+int64_t EpilogueChunk(const GemmArgs& g) {
+  const int64_t rows = EpilogueRows(g.m, g.n);
+  if (g.input != GemmInput::kE2M1 || rows >= g.m) return rows;
+  return std::max(kScaleTileRows, rows / kScaleTileRows * kScaleTileRows);
+}
+
 // y (op)= alpha * row_scale[i] * col_scale[j] * (X · Wᵀ)[i, j] through an fp32 tile, in row
 // chunks. `g` describes the whole unscaled product (its output fields are replaced).
 void GemmWithEpilogue(GemmArgs g, const float* row_scale, const float* col_scale, float alpha,
                       const LinearArgs& a, LinearContext::Impl& c, cudaStream_t stream) {
   const int64_t m = g.m, out = g.n;
-  const int64_t chunk = EpilogueRows(m, out);
+  const bool fp4 = g.input == GemmInput::kE2M1;
+  const int64_t chunk = EpilogueChunk(g);
   float* acc = c.Ensure<float>(c.acc, 4 * chunk * out, stream, "epilogue");
-  const size_t x_row_bytes = static_cast<size_t>(g.k) * (g.input == GemmInput::kE4M3 ? 1 : 2);
+  const size_t x_row_bytes = fp4 ? static_cast<size_t>(g.k / 2)
+                                 : static_cast<size_t>(g.k) * (g.input == GemmInput::kE4M3 ? 1 : 2);
   const auto* x = static_cast<const uint8_t*>(g.x);
   for (int64_t r0 = 0; r0 < m; r0 += chunk) {
     const int64_t rows = std::min(chunk, m - r0);
     GemmArgs part = g;
     part.m = rows;
     part.x = x + r0 * x_row_bytes;
+    if (fp4) part.x_block_scale = g.x_block_scale + r0 * TiledScaleCols(g.k / 16);
     part.x_scale = part.w_scale = nullptr;
     part.alpha = 1.0f;
     part.y_bf16 = nullptr;
@@ -244,6 +280,19 @@ void ForwardFp8(const DeviceLinear& w, const LinearArgs& a, LinearContext::Impl&
   GemmWithEpilogue(g, s, g.w_scale, 1.0f, a, c, stream);
 }
 
+// The NVFP4 product of `g` (operands E2M1 * block scale, whatever their form) times the global
+// scales: 1 / (G_a G_w) as alpha when G_a is static, else 1 / G_w and the per-token 1 / G_a in
+// the epilogue. The CPU's operands are E2M1 * (s / G); ours are E2M1 * s.
+void RunNvfp4Gemm(GemmArgs g, const DeviceLinear& w, const float* inv_g, const LinearArgs& a,
+                  LinearContext::Impl& c, cudaStream_t stream) {
+  if (w.act_global_scale > 0.0f) {
+    g.alpha = static_cast<float>(1.0 / (static_cast<double>(w.act_global_scale) *
+                                        static_cast<double>(w.weight_global_scale)));
+    return c.gemm.Run(g, stream);
+  }
+  GemmWithEpilogue(g, inv_g, nullptr, 1.0f / w.weight_global_scale, a, c, stream);
+}
+
 void ForwardNvfp4(const DeviceLinear& w, const LinearArgs& a, LinearContext::Impl& c,
                   cudaStream_t stream) {
   const int64_t in = w.in_features, out = w.out_features;
@@ -252,14 +301,51 @@ void ForwardNvfp4(const DeviceLinear& w, const LinearArgs& a, LinearContext::Imp
   auto* inv_g = c.Ensure<float>(c.row_scale, 4 * a.m, stream, "row scale");
   UnpackNvfp4ToBf16(w.weight.get<uint8_t>(), w.weight_scale.get<uint8_t>(), out, in, wb, stream);
   QuantDequantNvfp4(a.x, a.m, in, w.act_global_scale, xq, inv_g, stream);
-  GemmArgs g = BaseGemm(GemmInput::kBf16, xq, wb, w, a);
-  if (w.act_global_scale > 0.0f) {
-    // The CPU's operands are E2M1 * (s / G); ours are E2M1 * s, so the product takes 1/(Ga Gw).
-    g.alpha = static_cast<float>(1.0 / (static_cast<double>(w.act_global_scale) *
-                                        static_cast<double>(w.weight_global_scale)));
-    return c.gemm.Run(g, stream);
+  RunNvfp4Gemm(BaseGemm(GemmInput::kBf16, xq, wb, w, a), w, inv_g, a, c, stream);
+}
+
+// Whether cuBLASLt runs the FP4 GEMM `g` as RunNvfp4Gemm will call it (bf16 out or fp32
+// accumulate with a static G_a; an unscaled fp32 tile for the dynamic epilogue).
+bool Fp4GemmSupported(const GemmArgs& g, const DeviceLinear& w, LinearContext::Impl& c,
+                      cudaStream_t stream) {
+  if (w.act_global_scale > 0.0f) return c.gemm.Supported(g);
+  GemmArgs probe = g;
+  probe.m = std::min(g.m, EpilogueChunk(g));
+  probe.y_bf16 = nullptr;
+  probe.y_f32 = c.Ensure<float>(c.acc, 4 * probe.m * g.n, stream, "epilogue");
+  probe.accumulate = false;
+  return c.gemm.Supported(probe);
+}
+
+void ForwardNvfp4Native(const DeviceLinear& w, const LinearArgs& a, LinearContext::Impl& c,
+                        cudaStream_t stream) {
+  const int64_t in = w.in_features, out = w.out_features;
+  Nvfp4PackedActivations q;
+  q.x = a.x;
+  q.m = a.m;
+  q.n = in;
+  q.act_global_scale = w.act_global_scale;
+  q.packed = c.Ensure<uint8_t>(c.act, a.m * in / 2, stream, "activation");
+  q.tiled_scales =
+      c.Ensure<uint8_t>(c.act_scale, TiledScaleBytes(a.m, in / 16), stream, "activation scale");
+  q.inv_global = c.Ensure<float>(c.row_scale, 4 * a.m, stream, "row scale");
+  QuantizeNvfp4Packed(q, stream);
+  GemmArgs g = BaseGemm(GemmInput::kE2M1, q.packed, w.weight.get(), w, a);
+  g.x_block_scale = q.tiled_scales;
+  g.w_block_scale = w.weight_scale.get<uint8_t>();
+  if (Fp4GemmSupported(g, w, c, stream)) return RunNvfp4Gemm(g, w, q.inv_global, a, c, stream);
+  if (!c.logged_fp4_fallback) {
+    c.logged_fp4_fallback = true;
+    spdlog::warn(
+        "nvfp4 native path: cuBLASLt has no block-scaled FP4 GEMM for m {} n {} k {} on this "
+        "device; the packed operands run unpacked to bf16 instead (same numerics, slower)",
+        a.m, out, in);
   }
-  GemmWithEpilogue(g, inv_g, nullptr, 1.0f / w.weight_global_scale, a, c, stream);
+  auto* wb = c.Ensure<__nv_bfloat16>(c.weight, 2 * out * in, stream, "weight");
+  auto* xb = c.Ensure<__nv_bfloat16>(c.act_bf16, 2 * a.m * in, stream, "unpacked activation");
+  UnpackNvfp4TiledToBf16(w.weight.get<uint8_t>(), g.w_block_scale, out, in, wb, stream);
+  UnpackNvfp4TiledToBf16(q.packed, q.tiled_scales, a.m, in, xb, stream);
+  RunNvfp4Gemm(BaseGemm(GemmInput::kBf16, xb, wb, w, a), w, q.inv_global, a, c, stream);
 }
 
 void ForwardWeightOnly(const DeviceLinear& w, const LinearArgs& a, LinearContext::Impl& c,
@@ -301,6 +387,8 @@ void LinearForward(const DeviceLinear& w, const LinearArgs& args, LinearContext&
       return ForwardFp8(w, args, c, stream);
     case LinearKind::kNvfp4W4A4:
       return ForwardNvfp4(w, args, c, stream);
+    case LinearKind::kNvfp4W4A4Native:
+      return ForwardNvfp4Native(w, args, c, stream);
     case LinearKind::kWeightOnly:
       return ForwardWeightOnly(w, args, c, stream);
   }

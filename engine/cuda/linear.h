@@ -19,7 +19,14 @@
 // alpha (static activation scale) or in a per-token epilogue (dynamic). Keeping the layer
 // packed costs one pass over 0.56 + 2 bytes per weight per call (small beside the GEMM from
 // m ~ 1K tokens) and keeps the device footprint at NVFP4's 0.56 bytes per weight instead of 2.
-// A Blackwell block-scaled FP4 path (CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3) is not built.
+//
+// NVFP4 W4A4 on Blackwell (kNvfp4W4A4Native, chosen per device by nvfp4_path.h): activations
+// are quantized per token to packed E2M1 + UE4M3 block scales (the same codes as above and as
+// the CPU's), the weights' block scales are stored in cuBLASLt's tiled layout at upload, and
+// cuBLASLt's block-scaled FP4 GEMM (CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3) multiplies them;
+// the global scales go into alpha (static) or the per-token epilogue (dynamic) as above. Where
+// cuBLASLt has no FP4 kernel for a call (a Hopper forced onto this path by DQ_NVFP4_GEMM=native,
+// or an unsupported shape), the same stored operands are unpacked to bf16 instead.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -30,24 +37,26 @@
 
 #include "common/status.h"
 #include "engine/cuda/device_buffer.h"
+#include "engine/cuda/nvfp4_path.h"
 #include "engine/cuda/weight_only.h"
 #include "engine/model/linear_weight.h"
 
 namespace dq::cuda {
 
-enum class LinearKind { kBf16, kFp8, kNvfp4W4A4, kWeightOnly };
+enum class LinearKind { kBf16, kFp8, kNvfp4W4A4, kNvfp4W4A4Native, kWeightOnly };
 
 // Owned by the model; immutable after UploadLinear.
 struct DeviceLinear {
   LinearKind kind = LinearKind::kBf16;
   int64_t out_features = 0;
   int64_t in_features = 0;
-  // kBf16: bf16 [out, in]. kFp8: E4M3 [out, in]. kNvfp4W4A4: packed E2M1 [out, in / 2].
+  // kBf16: bf16 [out, in]. kFp8: E4M3 [out, in]. kNvfp4W4A4(Native): packed E2M1 [out, in / 2].
   DeviceBuffer weight;
-  // kFp8: f32 [out] per-channel scales. kNvfp4W4A4: E4M3 [out, in / 16] block scales.
+  // kFp8: f32 [out] per-channel scales. kNvfp4W4A4: E4M3 [out, in / 16] block scales, row-major.
+  // kNvfp4W4A4Native: the same scales in cuBLASLt's tiled layout (nvfp4_scale_layout.h).
   DeviceBuffer weight_scale;
-  // kNvfp4W4A4: the weight's global scale (dequantized w = e2m1 * block_scale / global) and the
-  // activations' static global scale (0: dynamic per row), as the CPU reference uses them.
+  // kNvfp4W4A4(Native): the weight's global scale (dequantized w = e2m1 * block_scale / global) and
+  // the activations' static global scale (0: dynamic per row), as the CPU reference uses them.
   float weight_global_scale = 1.0f;
   float act_global_scale = 0.0f;
   // kWeightOnly.
@@ -60,7 +69,11 @@ struct DeviceLinear {
 // Copies (and, where the device layout differs, repacks) a CPU weight to the device, keeping
 // its format and compute mode. Errors: a dtype/scheme/mode with no device implementation
 // (the message names it and lists what is supported).
+// NVFP4 W4A4 layers take the current device's Nvfp4PathForCurrentDevice() (errors: a bad
+// DQ_NVFP4_GEMM value).
 absl::StatusOr<DeviceLinear> UploadLinear(const LinearWeight& w);
+// The same with the NVFP4 W4A4 path given (tests: both paths on one device).
+absl::StatusOr<DeviceLinear> UploadLinear(const LinearWeight& w, Nvfp4Path nvfp4_path);
 
 struct LinearArgs {
   const __nv_bfloat16* x = nullptr;  // [m, in_features]
@@ -80,7 +93,9 @@ class LinearContext {
   LinearContext& operator=(const LinearContext&) = delete;
 
   // Preallocates scratch for layers up to [max_m, max_in] x [max_out] so that later forwards
-  // (and CUDA graph capture) never allocate: quantized activations (2 * max_m * max_in bytes),
+  // (and CUDA graph capture) never allocate: quantized activations (2 * max_m * max_in bytes;
+  // packed NVFP4 ones with their tiled block scales, and on a device without FP4 tensor cores
+  // that runs the native path, their bf16 image too),
   // one unpacked bf16 weight (2 * max_out * max_in; used by nvfp4 and weight-only prefill only,
   // so max_out may leave out bf16 layers such as lm_head), and an fp32 epilogue tile of at most
   // 64 MiB. A forward that needs more outside capture grows the buffer; inside, it aborts.

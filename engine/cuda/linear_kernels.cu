@@ -7,6 +7,7 @@
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/linear_kernels.h"
+#include "engine/quant/nvfp4_scale_layout.h"
 
 namespace dq::cuda {
 namespace {
@@ -25,13 +26,17 @@ __device__ __forceinline__ float E2M1Value(uint32_t nibble) {
 }
 
 // One thread per block of 16 weights: 8 packed bytes + 1 scale in, 32 bytes of bf16 out.
+// kTiled: the scales are in cuBLASLt's tiled layout for `row_blocks` scales per row.
+template <bool kTiled>
 __global__ void __launch_bounds__(kThreads)
-    UnpackNvfp4Kernel(const uint2* packed, const uint8_t* scales, int64_t blocks, uint4* out) {
+    UnpackNvfp4Kernel(const uint2* packed, const uint8_t* scales, int64_t blocks,
+                      int64_t row_blocks, uint4* out) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; b < blocks;
        b += stride) {
     const uint2 p = packed[b];
-    const float s = FromE4M3(scales[b]);
+    const int64_t at = kTiled ? TiledScaleOffset(b / row_blocks, b % row_blocks, row_blocks) : b;
+    const float s = FromE4M3(scales[at]);
     __align__(16) __nv_bfloat16 o[16];
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
@@ -80,8 +85,10 @@ unsigned GridFor(int64_t items) {
 
 }  // namespace
 
-void UnpackNvfp4ToBf16(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
-                       __nv_bfloat16* out, cudaStream_t stream) {
+namespace {
+
+void UnpackNvfp4(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
+                 bool tiled, __nv_bfloat16* out, cudaStream_t stream) {
   if (cols % 16 != 0 || reinterpret_cast<uintptr_t>(packed) % 8 != 0 ||
       reinterpret_cast<uintptr_t>(out) % 16 != 0) {
     std::fprintf(stderr, "UnpackNvfp4ToBf16: cols %lld not a multiple of 16, or misaligned\n",
@@ -89,9 +96,28 @@ void UnpackNvfp4ToBf16(const uint8_t* packed, const uint8_t* scales, int64_t row
     std::abort();
   }
   const int64_t blocks = rows * cols / 16;
-  UnpackNvfp4Kernel<<<GridFor(blocks), kThreads, 0, stream>>>(
-      reinterpret_cast<const uint2*>(packed), scales, blocks, reinterpret_cast<uint4*>(out));
+  const auto* p = reinterpret_cast<const uint2*>(packed);
+  auto* o = reinterpret_cast<uint4*>(out);
+  if (tiled) {
+    UnpackNvfp4Kernel<true>
+        <<<GridFor(blocks), kThreads, 0, stream>>>(p, scales, blocks, cols / 16, o);
+  } else {
+    UnpackNvfp4Kernel<false>
+        <<<GridFor(blocks), kThreads, 0, stream>>>(p, scales, blocks, cols / 16, o);
+  }
   CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void UnpackNvfp4ToBf16(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
+                       __nv_bfloat16* out, cudaStream_t stream) {
+  UnpackNvfp4(packed, scales, rows, cols, false, out, stream);
+}
+
+void UnpackNvfp4TiledToBf16(const uint8_t* packed, const uint8_t* tiled_scales, int64_t rows,
+                            int64_t cols, __nv_bfloat16* out, cudaStream_t stream) {
+  UnpackNvfp4(packed, tiled_scales, rows, cols, true, out, stream);
 }
 
 void ScaleEpilogue(const ScaleEpilogueArgs& args, cudaStream_t stream) {

@@ -15,6 +15,10 @@ namespace dq::cuda {
 // scale is left to the GEMM's alpha). cols % 16 == 0.
 void UnpackNvfp4ToBf16(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
                        __nv_bfloat16* out, cudaStream_t stream);
+// The same with the block scales in cuBLASLt's tiled layout (engine/quant/nvfp4_scale_layout.h),
+// as the FP4 GEMM path stores them: runs that path's operands on GPUs without FP4 tensor cores.
+void UnpackNvfp4TiledToBf16(const uint8_t* packed, const uint8_t* tiled_scales, int64_t rows,
+                            int64_t cols, __nv_bfloat16* out, cudaStream_t stream);
 
 // y[i, j] (op)= acc[i, j] * row_scale[i] * col_scale[j] * alpha over [rows, cols], where a null
 // scale vector counts as ones. Exactly one of y_bf16 (overwritten) and y_accumulate (+=).

@@ -54,6 +54,7 @@
 
 #include "absl/strings/str_join.h"
 #include "engine/quant/fp8_e4m3.h"
+#include "engine/quant/nvfp4_activation.h"
 #include "engine/quant/weight_codec.h"
 
 namespace dq {
@@ -264,6 +265,24 @@ absl::Status Nvfp4WeightCodec::Validate(const QuantizedView& q,
 }
 
 }  // namespace
+
+float PackNvfp4ActivationRow(const float* x, int64_t n, float act_global_scale, uint8_t* packed,
+                             uint8_t* scales) {
+  // QuantizeActivations' steps (FakeQuantBlock), keeping the codes.
+  const float global =
+      act_global_scale > 0.0f ? act_global_scale : GlobalScaleFromAmax(FiniteAmax(x, n));
+  for (int64_t b = 0; b < n / kBlock; ++b) {
+    const float* blk = x + b * kBlock;
+    const uint8_t sc = BlockScaleCode(FiniteAmax(blk, kBlock), global);
+    scales[b] = sc;
+    const float step = E4M3ToFloat(sc) / global;
+    for (int j = 0; j < kBlock / 2; ++j) {
+      packed[b * kBlock / 2 + j] = static_cast<uint8_t>(FloatToE2M1(blk[2 * j] / step) |
+                                                        (FloatToE2M1(blk[2 * j + 1] / step) << 4));
+    }
+  }
+  return global;
+}
 
 const WeightCodec* Nvfp4Codec() {
   static const Nvfp4WeightCodec codec;
