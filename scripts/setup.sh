@@ -22,6 +22,11 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 scripts/fetch-model.sh
+# The GPU build's ucx KV transport moves device memory only with UCX built with CUDA: fetch the
+# libucx-cu13 wheel (its libraries travel to the GPU machine; bench/pack_ucx_libs.sh).
+if [ "$preset" = release-cuda ]; then
+  scripts/fetch-ucx-cuda.sh
+fi
 
 echo "setup: building (preset $preset)"
 cmake --preset "$preset" >/dev/null

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: every CUDA op against the CPU reference on fresh random data, then the
-# whole model (SmolLM2 Q4_1 and a tiny random Qwen3) against the CPU backend's logits.
+# whole model (SmolLM2 Q4_1 and a tiny random Qwen3) against the CPU backend's logits; with two
+# GPUs also the nccl and ucx KV transports between them.
 # Needs build/release-cuda/bin (dq_gpu_tests, dq-tool) and models/SmolLM2-135M-Instruct.Q4_1.gguf
 # (or $SMOLLM2). Results (gtest JSON + log) go to $OUT (default /tmp/dq-gpu).
 set -euo pipefail
@@ -21,4 +22,29 @@ rc=0
 grep -E '^\[(  PASSED|  FAILED|  SKIPPED)|FAILED|^\[(tiny_qwen3|smollm2)\]|tests ran' \
   "$out/gpu_tests.log" | head -60
 echo "dq_gpu_tests exit code $rc (log: $out/gpu_tests.log)"
+# With two GPUs: the KV transports between them, each its own binary (it starts dq_kv_receiver on
+# cuda:1): nccl, and ucx on device memory with the UCX of .gpu/ucx-cu13/env.sh
+# (bench/pack_ucx_libs.sh; without it the ucx tests fail saying the loaded UCX has no CUDA).
+if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+  for kind in nccl ucx; do
+    test_bin="$bin/dq_${kind}_gpu_tests"
+    if [ ! -x "$test_bin" ]; then
+      echo "$test_bin missing (build it with the release-cuda preset)"
+      rc=1
+      continue
+    fi
+    krc=0
+    (
+      if [ "$kind" = ucx ] && [ -f "${UCX_ENV:-.gpu/ucx-cu13/env.sh}" ]; then
+        # shellcheck disable=SC1090
+        source "${UCX_ENV:-.gpu/ucx-cu13/env.sh}"
+      fi
+      timeout 600 "$test_bin" --gtest_output="json:$out/${kind}_gpu_tests.json"
+    ) >"$out/${kind}_gpu_tests.log" 2>&1 || krc=$?
+    grep -E '^\[(  PASSED|  FAILED|  SKIPPED)|^\[ info \]|UCX 1\.|tests ran' \
+      "$out/${kind}_gpu_tests.log" | head -30 || true
+    echo "dq_${kind}_gpu_tests exit code $krc (log: $out/${kind}_gpu_tests.log)"
+    [ "$krc" -eq 0 ] || rc=$krc
+  done
+fi
 exit $rc
