@@ -80,6 +80,10 @@ absl::Status ReadPhase(const toml::table& t, const std::string& name, PhaseConfi
     r.Get("lease_ttl_ms", &p->lease_ttl_ms);
     r.Get("speculative", &p->speculative);
     r.Get("spec_k", &p->spec_k);
+    r.Get("draft_format", &p->draft_format);
+    r.Get("draft_group_size", &p->draft_group_size);
+    r.Get("draft_weights", &p->draft_weights);
+    r.Get("draft_on_prefill", &p->draft_on_prefill);
   }
   return r.Finish();
 }
@@ -150,9 +154,21 @@ absl::Status CheckValues(const DeployConfig& c) {
   if (c.router.max_in_flight < 1)
     return absl::InvalidArgumentError("[router] max_in_flight must be >= 1");
   if (c.decode.max_batch < 1) return absl::InvalidArgumentError("[decode] max_batch must be >= 1");
-  if (c.decode.speculative != "none" && c.decode.speculative != "ngram") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "[decode] speculative must be \"none\" or \"ngram\", got \"", c.decode.speculative, "\""));
+  const PhaseConfig& d = c.decode;
+  if (d.speculative != "none" && d.speculative != "ngram" && d.speculative != "self") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("[decode] speculative must be \"none\", \"ngram\" or \"self\", got \"",
+                     d.speculative, "\""));
+  }
+  const bool has_weights = !d.draft_format.empty() || !d.draft_weights.empty();
+  if (d.speculative == "self" && d.draft_format.empty() == d.draft_weights.empty()) {
+    return absl::InvalidArgumentError(
+        "[decode] speculative = \"self\" needs exactly one of draft_format (e.g. \"int4\": the "
+        "model quantized at load) and draft_weights (a checkpoint)");
+  }
+  if (d.speculative != "self" && has_weights) {
+    return absl::InvalidArgumentError(
+        "[decode] draft_format/draft_weights are the self drafter's: set speculative = \"self\"");
   }
   if (c.decode.spec_k < 1 || c.decode.spec_k > 16) {
     return absl::InvalidArgumentError(
@@ -238,6 +254,7 @@ absl::StatusOr<DeployConfig> ParseDeployConfig(std::string_view text, const std:
   c.model = Resolve(base_dir, c.model);
   c.prefill.weights = Resolve(base_dir, c.prefill.weights);
   c.decode.weights = Resolve(base_dir, c.decode.weights);
+  c.decode.draft_weights = Resolve(base_dir, c.decode.draft_weights);
   c.odp.image_dir = Resolve(base_dir, c.odp.image_dir);
   DQ_RETURN_IF_ERROR(CheckValues(c));
   return c;

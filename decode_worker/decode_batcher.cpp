@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "decode_worker/drafter_kv_regions.h"
 #include "engine/sampler/sampler.h"
 #include "engine/spec/verify.h"
 #include "worker_common/proto_convert.h"
@@ -27,6 +28,7 @@ struct DecodeBatcher::Sequence {
   // Speculation (engine thread only): the drafter's view (prompt + emitted tokens), this step's
   // fed tokens (next_token, then the draft), the adaptive draft length and the counters.
   bool speculate = false;
+  bool draft_begun = false;  // the drafter knows the sequence (End it at retirement)
   uint64_t id = 0;
   std::vector<int32_t> history;
   std::vector<int32_t> input;
@@ -228,6 +230,7 @@ void DecodeBatcher::Step() {
   Batch batch = BuildBatch(&in);
   if (in.empty()) return;
   peak_batch_.store(std::max(peak_batch_.load(), static_cast<int>(in.size())));
+  if (options_.drafter != nullptr) BeginDrafts(in);
   const bool speculative = options_.drafter != nullptr && Propose(in);
   const absl::Status st = speculative ? SpecStep(batch, in) : PlainStep(batch, in);
   steps_.fetch_add(1);
@@ -267,6 +270,33 @@ absl::Status DecodeBatcher::PlainStep(const Batch& batch, const std::vector<Sequ
     }
   }
   return absl::OkStatus();
+}
+
+void DecodeBatcher::BeginDrafts(const std::vector<Sequence*>& in) {
+  for (Sequence* s : in) {
+    if (!s->speculate || s->draft_begun) continue;
+    s->draft_begun = true;
+    // The history starts with the prompt (the router sends its ids), then the first token.
+    const size_t n = std::min<size_t>(s->job.num_tokens, s->history.size());
+    const std::span<const int32_t> prompt(s->history.data(), n);
+    absl::StatusOr<v1::DrafterPrompt> source = v1::DRAFTER_PROMPT_UNSPECIFIED;
+    if (options_.begin_draft) {
+      source = options_.begin_draft(s->id, prompt, s->job.drafter_kv.get());
+    } else {
+      absl::Status st = options_.drafter->Begin(s->id, prompt);
+      if (!st.ok()) source = st;
+    }
+    s->job.drafter_kv.reset();  // landed or not needed: the staging buffer goes
+    if (!source.ok()) {
+      spdlog::warn(
+          "dq-decode: request {}: the {} drafter could not take the prompt, decoding "
+          "without drafts: {}",
+          s->job.request_id, std::string(options_.drafter->name()), source.status().ToString());
+      s->speculate = false;
+      continue;
+    }
+    s->stream->SetDrafterPrompt(*source);
+  }
 }
 
 bool DecodeBatcher::Propose(const std::vector<Sequence*>& in) {
@@ -386,6 +416,11 @@ void DecodeBatcher::Finish(Sequence& s, v1::FinishReason reason, std::string err
 
 void DecodeBatcher::RetireLocked(Sequence& s) {
   Finish(s, v1::FINISH_REASON_ABORT, "ended without a reason");  // no-op when already ended
+  // Only running sequences have begun drafting, and only the engine thread retires those.
+  if (s.draft_begun) {
+    options_.drafter->End(s.id);
+    s.draft_begun = false;
+  }
   live_.erase(s.job.request_id);
 }
 

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -32,6 +33,8 @@
 
 namespace dq::decode {
 
+struct ShippedDrafterKv;  // drafter_kv_regions.h
+
 // One request to decode: its committed lease and how to sample.
 struct DecodeJob {
   std::string request_id;
@@ -45,6 +48,8 @@ struct DecodeJob {
   int top_logprobs = 0;
   std::vector<int32_t> prompt;  // the drafter's history starts with it
   bool speculate = true;        // false: the request opted out (drafts nothing)
+  // The self drafter's prompt KV as the prefill worker computed it (null: it did not).
+  std::shared_ptr<ShippedDrafterKv> drafter_kv;
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
 
@@ -60,6 +65,12 @@ struct DecodeBatcherOptions {
   // owned; must outlive the batcher. Only the engine thread calls it.
   Drafter* drafter = nullptr;
   SpecConfig spec;
+  // Engine thread, before a speculating sequence's first draft: gives the drafter the prompt
+  // (a self drafter: the prompt KV the prefill worker shipped in `shipped`, or computed here)
+  // and says which. Empty: Drafter::Begin. An error: the sequence decodes without drafts.
+  std::function<absl::StatusOr<dqserve::v1::DrafterPrompt>(
+      uint64_t sequence, std::span<const int32_t> prompt, const ShippedDrafterKv* shipped)>
+      begin_draft;
 };
 
 // Thread-safe. Lock order: the batcher's lock, then the lease table's.
@@ -109,6 +120,8 @@ class DecodeBatcher {
   // Fills each sequence's input with next_token and its draft; true when any draft is
   // non-empty (otherwise the step runs plain).
   bool Propose(const std::vector<Sequence*>& in);
+  // Hands each speculating sequence that has not drafted yet to the drafter (begin_draft).
+  void BeginDrafts(const std::vector<Sequence*>& in);
   // Verifies every sequence's input in one forward pass with all logits.
   absl::Status SpecStep(Batch& batch, const std::vector<Sequence*>& in);
   void Verify(Sequence& s, const float* rows, int vocab);

@@ -14,9 +14,11 @@
 
 #include "decode_worker/decode_batcher.h"
 #include "decode_worker/decode_service.h"
+#include "decode_worker/drafter_kv_regions.h"
 #include "decode_worker/kv_lease_table.h"
 #include "decode_worker/lease_regions.h"
 #include "kvtransfer/transport.h"
+#include "worker_common/drafter_weights.h"
 #include "worker_common/phase_model.h"
 
 namespace dq::decode {
@@ -29,11 +31,14 @@ struct DecodeServerOptions {
   int max_batch = 4;
   int lease_ttl_ms = 120000;
   int reap_interval_ms = 100;  // how often expired leases are reclaimed
-  // Speculative decoding: "none" or "ngram" (a weightless drafter; the self drafter's prompt KV
-  // does not cross the prefill/decode split yet, docs/speculative.md), and its most tokens per
+  // Speculative decoding: "none", "ngram" (a weightless drafter) or "self" (the model on
+  // cheaper weights, `drafter`; its prompt KV comes from the prefill worker when that one runs
+  // the same drafter, else it is computed here: docs/speculative.md), and its most tokens per
   // step (adaptive below that).
   std::string speculative = "none";
   int spec_k = 4;
+  worker::DrafterWeightsOptions drafter;
+  int threads = 0;  // the self drafter's compute threads (0: all), as the worker's --threads
   // Tests: lease regions are the "device" cache's blocks although the transport moves host
   // memory (LeaseRegions' direct_for_tests).
   bool direct_for_tests = false;
@@ -60,19 +65,26 @@ class DecodeServer {
   KvLeaseTable& leases() { return *leases_; }
   LeaseRegions& regions() { return *regions_; }
   DecodeBatcher& batcher() { return *batcher_; }
+  // The self drafter's shipped-KV regions (null without a self drafter, or over nccl).
+  DrafterKvRegions* drafter_regions() { return drafter_regions_.get(); }
 
  private:
   explicit DecodeServer(worker::PhaseModel& model) : model_(model) {}
   absl::Status Init(const DecodeServerOptions& options);
   // The drafter that options.speculative names, into the batcher's options.
   absl::Status CreateServingDrafter(const DecodeServerOptions& o, DecodeBatcherOptions* bo);
+  // The self drafter, its cache's staging and regions, and how its sequences begin.
+  absl::Status CreateSelfDrafter(const DecodeServerOptions& o, DecodeBatcherOptions* bo);
   void ReapLoop(std::chrono::milliseconds interval);
 
   worker::PhaseModel& model_;
   std::unique_ptr<kvtransfer::Transport> transport_;
   std::unique_ptr<KvLeaseTable> leases_;
   std::unique_ptr<LeaseRegions> regions_;
-  std::unique_ptr<Drafter> drafter_;  // null: plain decoding
+  std::unique_ptr<Model> drafter_weights_;  // the self drafter's (before drafter_: it maps them)
+  std::unique_ptr<Drafter> drafter_;        // null: plain decoding
+  std::unique_ptr<worker::KvStaging> drafter_staging_;
+  std::unique_ptr<DrafterKvRegions> drafter_regions_;
   std::unique_ptr<DecodeBatcher> batcher_;
   std::unique_ptr<DecodeService> service_;
   std::unique_ptr<grpc::Server> server_;

@@ -71,10 +71,20 @@ grpc::Status DecodeService::Reserve(grpc::ServerContext*, const v1::ReserveReque
     (void)p_.leases->Release(lease->lease_id);
     return ToGrpc(endpoint.status());
   }
+  if (p_.drafter_regions != nullptr) {
+    // The drafter's layers beside the target's; the free hook releases them with the lease.
+    auto drafter = p_.drafter_regions->Register(lease->lease_id, static_cast<int>(r->num_tokens()));
+    if (!drafter.ok()) {
+      (void)p_.leases->Release(lease->lease_id);
+      return ToGrpc(drafter.status());
+    }
+    *out->mutable_drafter() = std::move(*drafter);
+  }
   // A ttl shorter than registration can end the lease before its regions were recorded, so the
   // free hook missed them; never hand out regions over blocks the pool may reuse.
   if (!p_.leases->Find(lease->lease_id).ok()) {
     p_.regions->Release(lease->lease_id);
+    if (p_.drafter_regions != nullptr) p_.drafter_regions->Release(lease->lease_id);
     return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                         absl::StrCat("Reserve(", r->request_id(),
                                      "): the lease expired before it was handed out; raise "
@@ -127,6 +137,15 @@ absl::StatusOr<DecodeJob> DecodeService::JobOf(const v1::DecodeRequest& r) const
   }
   job.prompt.assign(r.prompt_token_ids().begin(), r.prompt_token_ids().end());
   job.speculate = !r.no_speculation();
+  if (p_.drafter_regions != nullptr && job.speculate) {
+    if (commit.drafter_kv()) {
+      job.drafter_kv = p_.drafter_regions->Take(job.lease_id);
+    } else {
+      spdlog::info("dq-decode: {}: computing the drafter's prompt KV here: {}", r.request_id(),
+                   commit.drafter_kv_skipped().empty() ? "the prefill worker sent none"
+                                                       : commit.drafter_kv_skipped());
+    }
+  }
   job.logprobs = r.sampling().logprobs();
   job.top_logprobs = static_cast<int>(r.sampling().top_logprobs());
   if (r.deadline_unix_ms() > 0) {
@@ -159,6 +178,7 @@ grpc::Status DecodeService::Decode(grpc::ServerContext* context, const v1::Decod
   }
   // The prefill is done writing (it committed), so the lease's transfer regions can go.
   p_.regions->Release(lease_id);
+  if (p_.drafter_regions != nullptr) p_.drafter_regions->Release(lease_id);
   return Pump(context, **stream, writer);
 }
 

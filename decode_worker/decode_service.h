@@ -8,6 +8,7 @@
 #include <string>
 
 #include "decode_worker/decode_batcher.h"
+#include "decode_worker/drafter_kv_regions.h"
 #include "decode_worker/kv_lease_table.h"
 #include "decode_worker/lease_regions.h"
 #include "dqserve/v1/worker.grpc.pb.h"
@@ -28,6 +29,8 @@ struct DecodeServiceParts {
   LeaseRegions* regions = nullptr;
   DecodeBatcher* batcher = nullptr;
   kvtransfer::Transport* transport = nullptr;
+  // The self drafter's shipped prompt KV (null: none; its lease part stays unset).
+  DrafterKvRegions* drafter_regions = nullptr;
 };
 
 class DecodeService final : public dqserve::v1::DecodeWorker::Service {

@@ -31,6 +31,11 @@ void DecodeStream::SetSpecCounts(uint32_t steps, uint32_t drafted, uint32_t acce
   spec_accepted_ = accepted;
 }
 
+void DecodeStream::SetDrafterPrompt(v1::DrafterPrompt source) {
+  std::lock_guard lock(mu_);
+  drafter_prompt_ = source;
+}
+
 bool DecodeStream::Take(std::chrono::milliseconds timeout, v1::DecodeResponse* out) {
   std::unique_lock lock(mu_);
   cv_.wait_for(lock, timeout, [&] { return !tokens_.empty() || (finished_ && !end_delivered_); });
@@ -44,6 +49,7 @@ bool DecodeStream::Take(std::chrono::milliseconds timeout, v1::DecodeResponse* o
   out->set_spec_steps(spec_steps_);
   out->set_draft_tokens_drafted(spec_drafted_);
   out->set_draft_tokens_accepted(spec_accepted_);
+  out->set_drafter_prompt(drafter_prompt_);
   if (finished_) {
     end_delivered_ = true;
     out->set_finished(true);

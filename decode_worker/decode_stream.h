@@ -28,6 +28,8 @@ class DecodeStream {
   void Finish(dqserve::v1::FinishReason reason, std::string error = "");
   // The request's speculation counters so far; every later response carries them.
   void SetSpecCounts(uint32_t steps, uint32_t drafted, uint32_t accepted);
+  // Where the self drafter's prompt KV came from; every later response carries it.
+  void SetDrafterPrompt(dqserve::v1::DrafterPrompt source);
 
   // Waits up to `timeout` for tokens or the end, then moves everything pending into `out`
   // (request id, tokens, logprobs, and finished/finish_reason/error once ended). Returns false
@@ -47,6 +49,7 @@ class DecodeStream {
   dqserve::v1::FinishReason reason_ = dqserve::v1::FINISH_REASON_UNSPECIFIED;
   std::string error_;
   uint32_t spec_steps_ = 0, spec_drafted_ = 0, spec_accepted_ = 0;
+  dqserve::v1::DrafterPrompt drafter_prompt_ = dqserve::v1::DRAFTER_PROMPT_UNSPECIFIED;
 };
 
 }  // namespace dq::decode

@@ -57,8 +57,17 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "where to compute and keep the KV cache: cpu, cuda or cuda:N (a CUDA build)")
       ->check(DeviceValidator());
   app.add_option("--speculative", f.server.speculative,
-                 "speculative decoding: none (default) or ngram (prompt lookup, no weights)")
-      ->check(CLI::IsMember({"none", "ngram"}));
+                 "speculative decoding: none (default), ngram (prompt lookup, no weights) or self "
+                 "(the model on cheaper weights: --draft-format or --draft-weights)")
+      ->check(CLI::IsMember({"none", "ngram", "self"}));
+  app.add_option("--draft-format", f.server.drafter.format,
+                 "self drafter: quantize the model to this format at load (int2, lut2, int4, "
+                 "int8, bf16...); give the prefill worker the same to ship its prompt KV");
+  app.add_option("--draft-group-size", f.server.drafter.group_size,
+                 "self drafter: intN group size (0: the format's default)")
+      ->check(CLI::Range(0, 4096));
+  app.add_option("--draft-weights", f.server.drafter.weights,
+                 "self drafter: a checkpoint of its own (sharing the model's tokenizer)");
   app.add_option("--spec-k", f.server.spec_k,
                  "tokens drafted per step (at most; adaptive below), 1..16")
       ->check(CLI::Range(1, 16));
@@ -102,6 +111,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dq-decode: %s\n", model.status().ToString().c_str());
     return 1;
   }
+  f.server.threads = f.model.threads;
   auto server = dq::decode::DecodeServer::Start(**model, f.server);
   if (!server.ok()) {
     std::fprintf(stderr, "dq-decode: %s\n", server.status().ToString().c_str());

@@ -74,6 +74,16 @@ void AddFlags(CLI::App& app, Flags& f) {
       ->check(CLI::IsMember({"disk", "host"}));
   app.add_option("--odp-image-dir", f.odp_image_dir,
                  "ODP: where the image file is written (default: the temp folder)");
+  // The self drafter (docs/speculative.md): give the decode worker's drafter flags to compute
+  // and ship its prompt KV here too.
+  app.add_option("--draft-format", f.server.drafter.format,
+                 "self drafter: quantize the model to this format (as the decode worker's "
+                 "--draft-format) and ship the drafter's prompt KV with the target's");
+  app.add_option("--draft-group-size", f.server.drafter.group_size,
+                 "self drafter: intN group size (0: the format's default)")
+      ->check(CLI::Range(0, 4096));
+  app.add_option("--draft-weights", f.server.drafter.weights,
+                 "self drafter: a checkpoint of its own (as the decode worker's --draft-weights)");
   app.add_option("--io-timeout-ms", f.server.io_timeout_ms,
                  "how long a KV transfer may make no progress before it fails")
       ->check(CLI::PositiveNumber)
@@ -143,6 +153,7 @@ int Run(Flags& f) {
       kv_path += " through pinned host staging";
     }
   }
+  f.server.drafter_threads = f.model.threads;
   auto server = dq::prefill::PrefillServer::Start(std::move(*model), f.server);
   if (!server.ok()) {
     spdlog::error("dq-prefill: {}", server.status().ToString());

@@ -127,6 +127,15 @@ std::vector<PrefillBatcher::Step> PrefillBatcher::FormBatch() {
     if (!j->started) {
       if (!pool.can_allocate(pool.BlocksFor(n))) break;
       pool.extend(j->kv, n);
+      if (j->drafter_writer) {
+        // Sized like the target's pool, so it fits whenever the target's does.
+        KvBlockPool& dpool = options_.drafter_runner->kv_pool();
+        if (dpool.can_extend(j->drafter_kv, n)) {
+          dpool.extend(j->drafter_kv, n);
+        } else {
+          DropDrafter(*j, "the prefill worker's drafter KV pool is full");
+        }
+      }
       j->started = true;
       --queued_;
       ++running_;
@@ -160,10 +169,16 @@ void PrefillBatcher::RunBatch(const std::vector<Step>& steps) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   // Every layer posted (or its writer failed) before anyone waits for the transfers.
   stager_.End(forward.ok());
+  // The target's transfers go on while the drafter computes.
+  if (forward.ok() && options_.drafter_runner != nullptr) RunDrafter(steps);
   for (size_t i = 0; i < steps.size(); ++i) {
     PrefillJob* job = steps[i].job;
     // The transfers read these blocks: they end before the blocks are rewritten or freed.
     absl::Status sent = job->writer->Wait();
+    if (job->drafter_writer) {
+      const absl::Status drafted = job->drafter_writer->Wait();
+      if (!drafted.ok()) DropDrafter(*job, drafted.ToString());
+    }
     job->compute_ms += ms;
     if (!forward.ok()) {
       Finish(job,
@@ -180,6 +195,43 @@ void PrefillBatcher::RunBatch(const std::vector<Step>& steps) {
       Complete(*job, batch, logits, i);
     }
   }
+}
+
+void PrefillBatcher::RunDrafter(const std::vector<Step>& steps) {
+  const int bs = options_.drafter_runner->kv_pool().block_size();
+  Batch batch{Phase::kPrefill, {}};
+  std::vector<KvStager::Span> spans;
+  std::vector<PrefillJob*> jobs;
+  for (const Step& s : steps) {
+    PrefillJob* job = s.job;
+    if (!job->drafter_writer) continue;
+    batch.items.push_back(
+        {&job->drafter_kv, std::span<const int32_t>(job->prompt.data() + s.start, s.count), false});
+    spans.push_back({job->drafter_writer.get(), s.start / bs, (s.start + s.count + bs - 1) / bs,
+                     job->drafter_kv.blocks});
+    jobs.push_back(job);
+  }
+  if (jobs.empty()) return;
+  KvStager& stager = *options_.drafter_stager;
+  stager.Begin(std::move(spans));
+  ForwardHooks hooks;
+  hooks.on_layer_kv_written = [&](int layer) { stager.LayerWritten(layer); };
+  BatchLogits logits;
+  const absl::Status forward = options_.drafter_runner->Forward(batch, &logits, hooks);
+  stager.End(forward.ok());
+  if (forward.ok()) return;
+  for (PrefillJob* job : jobs) {
+    (void)job->drafter_writer->Wait();
+    DropDrafter(*job, absl::StrCat("the drafter's prefill failed: ", forward.message()));
+  }
+}
+
+void PrefillBatcher::DropDrafter(PrefillJob& job, const std::string& why) {
+  spdlog::warn("prefill {}: no drafter KV for this request: {}", job.request_id, why);
+  if (job.drafter_skipped.empty()) job.drafter_skipped = why;
+  // Precondition (every caller): no post of this writer is in flight.
+  job.drafter_writer.reset();
+  if (!job.drafter_kv.blocks.empty()) options_.drafter_runner->kv_pool().release(job.drafter_kv);
 }
 
 void PrefillBatcher::CollectPromptLogprobs(PrefillJob& job, const Step& step,
@@ -200,6 +252,7 @@ void PrefillBatcher::Complete(PrefillJob& job, const Batch& batch, const BatchLo
   Sampler sampler(job.sampling);
   job.result.first_token = sampler.Sample(row);
   job.result.sampler_draws = sampler.draws();
+  job.result.drafter_kv = job.drafter_writer != nullptr;
   if (job.logprobs) {
     job.result.first_token_logprobs = worker::PositionLogprobsOf(
         std::span<const float>(last, logits.vocab), job.result.first_token, job.top_logprobs);
@@ -221,6 +274,12 @@ void PrefillBatcher::Finish(PrefillJob* job, absl::Status status) {
     job->result.transfer_bytes = job->writer->bytes_posted();
     job->writer.reset();  // forgets the lease's remote regions
   }
+  if (job->drafter_writer) {
+    job->result.transfer_bytes += job->drafter_writer->bytes_posted();
+    job->drafter_writer.reset();
+  }
+  if (!job->drafter_kv.blocks.empty()) options_.drafter_runner->kv_pool().release(job->drafter_kv);
+  job->result.drafter_skipped = job->drafter_skipped;
   auto it = std::find_if(jobs_.begin(), jobs_.end(), [&](const auto& j) { return j.get() == job; });
   std::shared_ptr<PrefillJob> keep = std::move(*it);  // the handler may drop its copy at once
   jobs_.erase(it);

@@ -22,11 +22,16 @@
 
 namespace dq::prefill {
 
+class KvStager;
+
 struct PrefillBatcherOptions {
   int token_budget = 2048;  // most prompt tokens in one forward pass
+  // The self drafter (drafter_prefill.h), or null: after each iteration's target pass, the jobs
+  // with a drafter writer run the same chunks through the drafter, its KV shipped by
+  // `drafter_stager` as the target's is by the batcher's stager. Both must outlive the batcher.
+  ModelRunner* drafter_runner = nullptr;
+  KvStager* drafter_stager = nullptr;
 };
-
-class KvStager;
 
 struct PrefillLoad {
   int free_kv_blocks = 0;
@@ -68,6 +73,11 @@ class PrefillBatcher {
   // Picks this iteration's chunks (allocating local blocks for jobs that start now).
   std::vector<Step> FormBatch();
   void RunBatch(const std::vector<Step>& steps);
+  // The drafter's pass over the steps whose job ships drafter KV; its error drops the drafter
+  // part of those jobs (they still complete: the decode worker then computes it).
+  void RunDrafter(const std::vector<Step>& steps);
+  // Gives up the job's drafter part, keeping `why` for its commit.
+  void DropDrafter(PrefillJob& job, const std::string& why);
   // Samples the first token (and logprobs) for a job whose last chunk just ran.
   void Complete(PrefillJob& job, const Batch& batch, const BatchLogits& logits, size_t item);
   void CollectPromptLogprobs(PrefillJob& job, const Step& step, const BatchLogits& logits,

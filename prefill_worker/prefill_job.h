@@ -27,6 +27,9 @@ struct PrefillResult {
   double compute_ms = 0;
   double transfer_ms = 0;
   uint64_t transfer_bytes = 0;
+  // The self drafter's prompt KV went into the lease's drafter part too / why it did not.
+  bool drafter_kv = false;
+  std::string drafter_skipped;
 };
 
 struct PrefillJob {
@@ -41,12 +44,17 @@ struct PrefillJob {
   bool prompt_logprobs = false;
   std::optional<Clock::time_point> deadline;
   std::unique_ptr<LeaseWriter> writer;
+  // The self drafter's part (drafter_prefill.h): a writer when this worker ships the drafter's
+  // prompt KV too (reset, with the reason in drafter_skipped, once it cannot).
+  std::unique_ptr<LeaseWriter> drafter_writer;
+  std::string drafter_skipped;
 
   // Set by the handler when the caller goes away; the engine stops at the next chunk boundary.
   std::atomic<bool> cancelled{false};
 
   // Progress, engine thread only.
-  KvSequence kv;  // local blocks; allocated when the first chunk runs
+  KvSequence kv;          // local blocks; allocated when the first chunk runs
+  KvSequence drafter_kv;  // the drafter's local blocks, alongside
   bool started = false;
   int done_tokens = 0;
   double compute_ms = 0;

@@ -9,6 +9,40 @@
 #include "common/logging.h"
 
 namespace dq::prefill {
+namespace {
+
+absl::StatusOr<std::unique_ptr<DrafterPrefill>> CreateDrafter(const worker::PhaseModel& model,
+                                                              const PrefillServerOptions& options,
+                                                              const KvSendersOptions& senders,
+                                                              int arena_blocks) {
+  DrafterPrefillOptions o;
+  o.weights = options.drafter;
+  o.threads = options.drafter_threads;
+  const KvCacheOptions& kv = model.runner->kv_pool().options();
+  // A job whose drafter KV does not fit ships none (the decode worker computes it): the pool
+  // needs no more than a few prompts' worth.
+  o.kv_capacity_tokens =
+      std::min(kv.num_blocks * kv.block_size, std::max(8192, options.token_budget));
+  o.arena_blocks = arena_blocks;
+  o.max_batch_tokens = std::max(options.token_budget, 8192);
+  o.senders = senders;
+  // The decode worker takes drafter KV over host-memory transports only (its drafter's blocks
+  // are taken when the sequence starts, so it stages them); nccl leases carry no drafter part.
+  std::erase(o.senders.kinds, std::string("nccl"));
+  if (o.senders.kinds.empty()) {
+    return absl::InvalidArgumentError(
+        "the self drafter's prompt KV ships over tcp (or ucx, local), not nccl; add tcp to "
+        "--transports or drop --draft-format/--draft-weights (the decode worker then computes "
+        "it)");
+  }
+  DQ_ASSIGN_OR_RETURN(std::unique_ptr<DrafterPrefill> d, DrafterPrefill::Create(model, o));
+  spdlog::info("dq-prefill: self drafter {} ({}), its prompt KV shipped with the target's",
+               options.drafter.weights.empty() ? options.drafter.format : options.drafter.weights,
+               d->fingerprint());
+  return d;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Start(
     std::unique_ptr<worker::PhaseModel> model, const PrefillServerOptions& options) {
@@ -40,8 +74,13 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Start(
                       KvStager::Create(*s->model_->kv_staging, arena_blocks, senders->any_host()));
   DQ_RETURN_IF_ERROR(senders->Register(s->stager_->host_source(), s->stager_->device_source()));
   s->senders_ = std::move(senders);
-  s->batcher_ = std::make_unique<PrefillBatcher>(*s->model_->runner, *s->stager_,
-                                                 PrefillBatcherOptions{options.token_budget});
+  PrefillBatcherOptions bo{options.token_budget};
+  if (options.drafter.enabled()) {
+    DQ_ASSIGN_OR_RETURN(s->drafter_, CreateDrafter(*s->model_, options, so, arena_blocks));
+    bo.drafter_runner = &s->drafter_->runner();
+    bo.drafter_stager = &s->drafter_->stager();
+  }
+  s->batcher_ = std::make_unique<PrefillBatcher>(*s->model_->runner, *s->stager_, bo);
 
   grpc::ServerBuilder builder;
   int bound = 0;
@@ -49,7 +88,7 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Start(
                            grpc::InsecureServerCredentials(), &bound);
   // The identity carries the address, known only once bound (port 0): set_address fixes it.
   PrefillServiceOptions svc{options.host + ":" + std::to_string(options.port),
-                            options.io_timeout_ms};
+                            options.io_timeout_ms, s->drafter_.get()};
   auto service = std::make_unique<PrefillService>(*s->model_, *s->batcher_, *s->senders_, svc);
   builder.RegisterService(service.get());
   s->server_ = builder.BuildAndStart();

@@ -123,7 +123,31 @@ absl::StatusOr<std::shared_ptr<PrefillJob>> PrefillService::MakeJob(
   DQ_ASSIGN_OR_RETURN(LeasePlan plan, LeasePlan::Create(request.lease(), n, sender->geometry));
   DQ_ASSIGN_OR_RETURN(job->writer, LeaseWriter::Create(*sender, std::move(plan), request.lease(),
                                                        options_.io_timeout_ms));
+  if (request.lease().has_drafter()) PrepareDrafter(request.lease(), *job);
   return job;
+}
+
+void PrefillService::PrepareDrafter(const v1::KvLease& lease, PrefillJob& job) {
+  std::string why;
+  if (options_.drafter == nullptr) {
+    why =
+        "this prefill worker runs no drafter; start it with the decode worker's --draft-format "
+        "(or --draft-weights) to ship the drafter's prompt KV";
+  } else {
+    why = options_.drafter->Mismatch(lease.drafter());
+  }
+  if (why.empty()) {
+    auto writer = options_.drafter->Writer(lease, static_cast<int>(job.prompt.size()),
+                                           options_.io_timeout_ms);
+    if (writer.ok()) {
+      job.drafter_writer = std::move(*writer);
+      return;
+    }
+    why = writer.status().ToString();
+  }
+  spdlog::info("prefill {}: the decode worker computes the drafter's prompt KV: {}", job.request_id,
+               why);
+  job.drafter_skipped = why;
 }
 
 void PrefillService::AwaitJob(grpc::ServerContext& context, PrefillJob& job) {
@@ -165,6 +189,8 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   commit->set_first_token(r.first_token);
   if (r.first_token_logprobs) *commit->mutable_first_token_logprobs() = *r.first_token_logprobs;
   commit->set_sampler_draws(r.sampler_draws);
+  commit->set_drafter_kv(r.drafter_kv);
+  commit->set_drafter_kv_skipped(r.drafter_skipped);
   response->set_compute_ms(static_cast<float>(r.compute_ms));
   response->set_transfer_ms(static_cast<float>(r.transfer_ms));
   response->set_transfer_bytes(r.transfer_bytes);

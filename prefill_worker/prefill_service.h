@@ -6,6 +6,7 @@
 #include <string>
 
 #include "dqserve/v1/worker.grpc.pb.h"
+#include "prefill_worker/drafter_prefill.h"
 #include "prefill_worker/kv_senders.h"
 #include "prefill_worker/lease_plan.h"
 #include "prefill_worker/prefill_batcher.h"
@@ -16,6 +17,8 @@ namespace dq::prefill {
 struct PrefillServiceOptions {
   std::string address;  // host:port this worker serves on (its identity)
   int io_timeout_ms = 10000;
+  // The self drafter whose prompt KV this worker ships too (null: none); outlives the service.
+  DrafterPrefill* drafter = nullptr;
 };
 
 class PrefillService final : public dqserve::v1::PrefillWorker::Service {
@@ -41,6 +44,9 @@ class PrefillService final : public dqserve::v1::PrefillWorker::Service {
                                                       const dqserve::v1::PrefillRequest& request);
   absl::Status CheckPrompt(const dqserve::v1::PrefillRequest& request) const;
   absl::Status CheckLease(const dqserve::v1::KvLease& lease) const;
+  // The job's drafter writer when the lease has a drafter part this worker can fill; else the
+  // reason it cannot, in job.drafter_skipped (the request goes on without drafter KV).
+  void PrepareDrafter(const dqserve::v1::KvLease& lease, PrefillJob& job);
   // Blocks until the engine finished `job`, flagging it cancelled if the caller goes away.
   void AwaitJob(grpc::ServerContext& context, PrefillJob& job);
 

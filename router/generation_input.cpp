@@ -87,6 +87,7 @@ ApiResult<GenerationInput> GenerationFromProto(const v1::GenerateRequest& reques
   if (!request.model().empty()) body["model"] = request.model();
   const bool chat = request.input_case() == v1::GenerateRequest::kChat;
   SamplingJson(request.sampling(), chat, body);
+  if (request.has_speculative()) body["speculative"] = request.speculative();
   switch (request.input_case()) {
     case v1::GenerateRequest::kChat: {
       json messages = json::array();

@@ -69,6 +69,16 @@ v1::GenerateResponse FinalResponse(const std::string& request_id, const Generati
   u->set_completion_tokens(r.usage.completion_tokens);
   u->set_ttft_ms(static_cast<float>(r.ttft_seconds * 1000));
   u->set_tpot_ms(static_cast<float>(r.tpot_seconds * 1000));
+  if (const auto& spec = r.usage.speculative) {
+    v1::SpeculativeUsage* s = u->mutable_speculative();
+    s->set_steps(static_cast<uint32_t>(spec->steps));
+    s->set_drafted_tokens(static_cast<uint32_t>(spec->drafted));
+    s->set_accepted_tokens(static_cast<uint32_t>(spec->accepted));
+    s->set_acceptance_rate(spec->drafted > 0 ? float(spec->accepted) / spec->drafted : 0.0f);
+    s->set_acceptance_length(spec->steps > 0 ? float(spec->accepted + spec->steps) / spec->steps
+                                             : 0.0f);
+    s->set_drafter_prompt(spec->drafter_prompt);
+  }
   return f;
 }
 

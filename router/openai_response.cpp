@@ -77,6 +77,7 @@ ojson UsageJson(const Usage& usage) {
     // Each step emits its accepted tokens plus the target's own one.
     sp["acceptance_length"] =
         spec->steps > 0 ? double(spec->accepted + spec->steps) / spec->steps : 0.0;
+    if (!spec->drafter_prompt.empty()) sp["drafter_prompt"] = spec->drafter_prompt;
     u["speculative"] = std::move(sp);
   }
   return u;

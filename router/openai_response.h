@@ -52,6 +52,9 @@ struct SpecUsage {
   int64_t steps = 0;     // decode steps that verified a draft (possibly empty)
   int64_t drafted = 0;   // draft tokens verified
   int64_t accepted = 0;  // draft tokens kept (<= drafted)
+  // A self drafter's prompt KV: "shipped" (the prefill worker computed it), "recomputed" (the
+  // decode worker did); empty for other drafters.
+  std::string drafter_prompt;
 };
 
 struct Usage {

@@ -73,6 +73,17 @@ ApiError Aborted(const std::string& id) {
 
 double Seconds(SchedulerClock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+std::string DrafterPromptName(v1::DrafterPrompt p) {
+  switch (p) {
+    case v1::DRAFTER_PROMPT_SHIPPED:
+      return "shipped";
+    case v1::DRAFTER_PROMPT_RECOMPUTED:
+      return "recomputed";
+    default:
+      return "";
+  }
+}
+
 }  // namespace
 
 // ---- RequestPipeline ----
@@ -409,6 +420,8 @@ GenerationResult ActiveRequest::Run(const DeltaCallback& on_delta) {
     m.spec_steps.fetch_add(st.spec.steps);
     m.spec_drafted_tokens.fetch_add(st.spec.drafted);
     m.spec_accepted_tokens.fetch_add(st.spec.accepted);
+    if (st.spec.drafter_prompt == "shipped") m.spec_drafter_prompts_shipped.fetch_add(1);
+    if (st.spec.drafter_prompt == "recomputed") m.spec_drafter_prompts_recomputed.fetch_add(1);
   }
   m.generation_tokens.fetch_add(out.tokens());
   if (st.first_token_at) {
@@ -427,7 +440,8 @@ bool ActiveRequest::ConsumeResponse(const v1::DecodeResponse& response, OutputAs
                                     StreamState& st, Delta* delta) {
   const bool with_logprobs = response.logprobs_size() == response.token_ids_size();
   st.spec = SpecUsage{response.spec_steps(), response.draft_tokens_drafted(),
-                      std::min(response.draft_tokens_accepted(), response.draft_tokens_drafted())};
+                      std::min(response.draft_tokens_accepted(), response.draft_tokens_drafted()),
+                      DrafterPromptName(response.drafter_prompt())};
   for (int i = 0; i < response.token_ids_size(); ++i) {
     if (out.tokens() >= input_.max_tokens) {
       // The worker enforces max_tokens too; this only guards against one that does not.

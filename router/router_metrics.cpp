@@ -181,6 +181,13 @@ std::string RenderMetrics(const RouterMetrics& m, const SchedulerCounters& sched
   Scalar(out, "dq_spec_steps_total", "counter",
          "Decode steps that ran with a drafter (one target forward each, per request).",
          static_cast<double>(m.spec_steps.load()));
+  Scalar(out, "dq_spec_drafter_prompts_shipped_total", "counter",
+         "Requests whose self drafter's prompt KV the prefill worker computed and shipped.",
+         static_cast<double>(m.spec_drafter_prompts_shipped.load()));
+  Scalar(out, "dq_spec_drafter_prompts_recomputed_total", "counter",
+         "Requests whose self drafter's prompt KV the decode worker computed itself (the "
+         "prefill worker had no matching drafter).",
+         static_cast<double>(m.spec_drafter_prompts_recomputed.load()));
   Scalar(out, "dq_requests_running", "gauge", "Requests admitted and not finished.",
          scheduler.in_flight);
   Scalar(out, "dq_requests_queued", "gauge", "Requests waiting for admission.", scheduler.queued);

@@ -67,6 +67,10 @@ struct RouterMetrics {
   std::atomic<uint64_t> spec_drafted_tokens{0};
   std::atomic<uint64_t> spec_accepted_tokens{0};
   std::atomic<uint64_t> spec_steps{0};
+  // Requests whose self drafter got its prompt KV from the prefill worker / computed it on the
+  // decode worker (no matching drafter on the prefill side).
+  std::atomic<uint64_t> spec_drafter_prompts_shipped{0};
+  std::atomic<uint64_t> spec_drafter_prompts_recomputed{0};
 
   void Count(Outcome o) { requests[static_cast<size_t>(o)].fetch_add(1); }
   uint64_t count(Outcome o) const { return requests[static_cast<size_t>(o)].load(); }

@@ -56,6 +56,26 @@ absl::Status SelfDrafter::Begin(uint64_t sequence, std::span<const int32_t> prom
   return absl::OkStatus();
 }
 
+absl::Status SelfDrafter::BeginWithKv(uint64_t sequence, std::span<const int32_t> prompt,
+                                      const std::function<absl::Status(const KvSequence&)>& fill) {
+  State& s = states_[sequence];
+  Truncate(s, 0);
+  const int n = static_cast<int>(prompt.size());
+  KvBlockPool& pool = runner_->kv_pool();
+  if (n == 0 || n >= runner_->config().max_context || !pool.can_extend(s.kv, n)) {
+    return absl::OkStatus();
+  }
+  pool.extend(s.kv, n);
+  absl::Status filled = fill(s.kv);
+  if (!filled.ok()) {
+    pool.truncate(s.kv, 0);
+    return filled;
+  }
+  s.kv.num_tokens = n;  // what a prefill forward pass leaves (Begin)
+  s.tokens.assign(prompt.begin(), prompt.end());
+  return absl::OkStatus();
+}
+
 void SelfDrafter::End(uint64_t sequence) {
   auto it = states_.find(sequence);
   if (it == states_.end()) return;

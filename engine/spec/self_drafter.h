@@ -7,6 +7,7 @@
 // little more at temperature > 0 but spends extra random draws, which breaks that equality.)
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -38,6 +39,12 @@ class SelfDrafter : public Drafter {
 
   // Prefills the prompt into the drafter's own KV cache.
   absl::Status Begin(uint64_t sequence, std::span<const int32_t> prompt) override;
+  // Begin for a prompt whose K/V the drafter's own weights computed elsewhere (a prefill
+  // worker, docs/speculative.md): takes the blocks and lets `fill` write them (the sequence's
+  // blocks, token order) instead of running the forward pass. A prompt the drafter cannot hold
+  // is no error, as in Begin; a `fill` error leaves the sequence without a cache.
+  absl::Status BeginWithKv(uint64_t sequence, std::span<const int32_t> prompt,
+                           const std::function<absl::Status(const KvSequence&)>& fill);
   void End(uint64_t sequence) override;
   // Catches each sequence's cache up with its history (the tokens the target emitted since the
   // last draft, in one item), then extends it greedily one token per forward, all sequences in
@@ -48,6 +55,8 @@ class SelfDrafter : public Drafter {
 
   const ModelConfig& config() const { return runner_->config(); }
   KvBlockPool& kv_pool() { return runner_->kv_pool(); }
+  // The drafter's runner (a worker stages KV into its cache through it).
+  ModelRunner& runner() { return *runner_; }
   // The tokens whose K/V the drafter holds for `sequence`, in order (empty when unknown).
   std::span<const int32_t> cached_tokens(uint64_t sequence) const;
 

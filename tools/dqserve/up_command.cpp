@@ -66,6 +66,18 @@ std::vector<std::string> PhaseArgs(const DeployConfig& c, const PhaseConfig& p,
   return a;
 }
 
+// The self drafter's weights, for the decode worker and (the same) for the prefill worker.
+std::vector<std::string> DrafterArgs(const PhaseConfig& d) {
+  if (d.speculative != "self") return {};
+  std::vector<std::string> a;
+  if (!d.draft_format.empty()) a.insert(a.end(), {"--draft-format", d.draft_format});
+  if (!d.draft_weights.empty()) a.insert(a.end(), {"--draft-weights", d.draft_weights});
+  if (d.draft_group_size > 0) {
+    a.insert(a.end(), {"--draft-group-size", std::to_string(d.draft_group_size)});
+  }
+  return a;
+}
+
 // odp = true: the prefill worker also holds the decode weights (resident, for short prompts) and
 // streams its own [prefill] weights for long ones (docs/odp.md).
 std::vector<std::string> OdpArgs(const DeployConfig& c) {
@@ -93,8 +105,13 @@ std::vector<ChildSpec> Children(const DeployConfig& c, const std::string& log_le
     decode.argv.insert(decode.argv.end(), {"--speculative", c.decode.speculative, "--spec-k",
                                            std::to_string(c.decode.spec_k)});
   }
+  const std::vector<std::string> drafter = DrafterArgs(c.decode);
+  decode.argv.insert(decode.argv.end(), drafter.begin(), drafter.end());
   ChildSpec prefill{"prefill", {SiblingBinary("dq-prefill")}, {}};
   for (auto& s : PhaseArgs(c, c.prefill, log_level)) prefill.argv.push_back(s);
+  // The same drafter on the prefill worker: it ships the drafter's prompt KV with the target's.
+  if (c.decode.draft_on_prefill)
+    prefill.argv.insert(prefill.argv.end(), drafter.begin(), drafter.end());
   prefill.argv.insert(
       prefill.argv.end(),
       {"--transports", c.transfer.backend, "--token-budget", std::to_string(c.prefill.token_budget),

@@ -1,0 +1,114 @@
+#include "decode_worker/drafter_kv_regions.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "decode_worker/kv_lease_table.h"
+#include "decode_worker/lease_staging.h"
+
+namespace dq::decode {
+namespace v1 = dqserve::v1;
+
+DrafterKvRegions::~DrafterKvRegions() {
+  std::lock_guard lock(mu_);
+  for (const auto& [lease, entry] : by_lease_) ReleaseAll(entry.ids);
+  by_lease_.clear();
+}
+
+absl::StatusOr<v1::DrafterKvLease> DrafterKvRegions::Register(const std::string& lease_id,
+                                                              int prompt_tokens) {
+  const worker::KvGeometry& cache = staging_.geometry();
+  const int blocks = (prompt_tokens + cache.block_size - 1) / cache.block_size;
+  // Numbered 0..blocks-1 in the buffer: the drafter's blocks are taken only at Land.
+  const std::vector<BlockRun> runs = {BlockRun{0, blocks}};
+  const LeaseStagingPlan plan = PlanLeaseStaging(runs, cache);
+  auto buffer = staging_.AllocateHost(plan.host_bytes);
+  if (!buffer.ok()) {
+    return absl::Status(
+        buffer.status().code(),
+        absl::StrCat("staging lease ", lease_id, "'s drafter KV: ", buffer.status().message()));
+  }
+  Entry entry;
+  entry.kv = std::make_shared<ShippedDrafterKv>();
+  entry.kv->buffer = std::move(*buffer);
+  entry.kv->prompt_blocks = blocks;
+  v1::DrafterKvLease out;
+  *out.mutable_kv_layout() = layout_;
+  out.set_fingerprint(fingerprint_);
+  v1::BlockRun* run = out.add_blocks();
+  run->set_start_block(0);
+  run->set_count(blocks);
+  v1::KvEndpoint* endpoint = out.mutable_endpoint();
+  endpoint->set_transport(std::string(transport_.name()));
+  endpoint->set_address(transport_.address());
+  for (const StagedRegion& s : plan.regions) {
+    auto handle = transport_.RegisterRegion(entry.kv->buffer->data() + s.host_offset, s.bytes);
+    if (!handle.ok()) {
+      ReleaseAll(entry.ids);
+      return absl::Status(handle.status().code(),
+                          absl::StrCat("registering lease ", lease_id,
+                                       "'s drafter KV: ", handle.status().message()));
+    }
+    entry.ids.push_back(handle->id);
+    v1::KvRemoteRegion* r = endpoint->add_regions();
+    r->set_tensor(s.tensor == worker::kKeys ? v1::KV_TENSOR_KEY : v1::KV_TENSOR_VALUE);
+    r->set_first_layer(s.layer);
+    r->set_num_layers(1);
+    r->set_layer_stride_bytes(plan.host_layer_stride);
+    r->set_block_bytes(cache.block_bytes);
+    r->set_region_descriptor(std::move(handle->descriptor));
+    r->set_first_block(s.run.start);
+    r->set_num_blocks(s.run.count);
+  }
+  std::lock_guard lock(mu_);
+  Entry& slot = by_lease_[lease_id];
+  slot.ids.insert(slot.ids.end(), entry.ids.begin(), entry.ids.end());
+  slot.kv = std::move(entry.kv);
+  return out;
+}
+
+std::shared_ptr<ShippedDrafterKv> DrafterKvRegions::Take(const std::string& lease_id) {
+  std::lock_guard lock(mu_);
+  auto it = by_lease_.find(lease_id);
+  return it == by_lease_.end() ? nullptr : it->second.kv;
+}
+
+void DrafterKvRegions::Release(const std::string& lease_id) {
+  Entry entry;
+  {
+    std::lock_guard lock(mu_);
+    auto it = by_lease_.find(lease_id);
+    if (it == by_lease_.end()) return;
+    entry = std::move(it->second);
+    by_lease_.erase(it);
+  }
+  ReleaseAll(entry.ids);
+}
+
+absl::Status DrafterKvRegions::Land(const ShippedDrafterKv& kv, const KvSequence& blocks) {
+  if (static_cast<int>(blocks.blocks.size()) < kv.prompt_blocks) {
+    return absl::InternalError(absl::StrCat("the drafter's sequence holds ", blocks.blocks.size(),
+                                            " blocks, its shipped prompt KV ", kv.prompt_blocks));
+  }
+  const std::vector<int32_t> prompt(blocks.blocks.begin(),
+                                    blocks.blocks.begin() + kv.prompt_blocks);
+  // The host layout depends on the prompt's block count only, so the plan over the real
+  // blocks reads the buffer exactly as the regions over blocks 0..n-1 filled it.
+  const LeaseStagingPlan plan = PlanLeaseStaging(ToBlockRuns(prompt), staging_.geometry());
+  return staging_.CopyIn(plan.copies, kv.buffer->data());
+}
+
+int DrafterKvRegions::num_regions() const {
+  std::lock_guard lock(mu_);
+  size_t n = 0;
+  for (const auto& [lease, entry] : by_lease_) n += entry.ids.size();
+  return static_cast<int>(n);
+}
+
+void DrafterKvRegions::ReleaseAll(const std::vector<kvtransfer::RegionId>& ids) {
+  for (kvtransfer::RegionId id : ids) {
+    absl::Status s = transport_.ReleaseRegion(id);
+    if (!s.ok()) spdlog::warn("dq-decode: releasing drafter KV region {}: {}", id, s.ToString());
+  }
+}
+
+}  // namespace dq::decode
