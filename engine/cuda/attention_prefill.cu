@@ -4,6 +4,8 @@
 #include <cstring>
 
 #include "engine/cuda/attention_prefill.h"
+#include "engine/cuda/attention_prefill_ws.h"
+#include "engine/cuda/attention_tile.cuh"
 #include "engine/cuda/attention_wgmma.cuh"
 #include "engine/cuda/cuda_check.h"
 
@@ -14,18 +16,14 @@ constexpr int kBlockM = 128;  // query rows per block: 8 warps x 16
 constexpr int kBlockN = 64;   // keys per tile
 constexpr int kWarps = kBlockM / 16;
 constexpr int kThreads = kWarps * 32;
-constexpr float kLog2e = 1.4426950408889634f;
-
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-// 16-byte async copy; src_bytes 0 fills zeros (rows past the sequence).
-__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n"); }
-__device__ __forceinline__ void CpAsyncWaitAll() { asm volatile("cp.async.wait_group 0;\n"); }
+using attn::CpAsync16;
+using attn::CpAsyncCommit;
+using attn::CpAsyncWaitAll;
+using attn::kLog2e;
+using attn::PackBf16;
+using attn::SlotOf;
+using attn::SmemAddr;
+using attn::SwzOffset;
 
 __device__ __forceinline__ void Ldsm4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -44,10 +42,6 @@ __device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint3
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
 }
 
 // Shared-memory tiles are [rows][kHeadDim] bf16 with the 16-byte chunk index XOR-swizzled by
@@ -230,21 +224,6 @@ void LaunchMma(const PrefillAttentionArgs& a, const KvCacheLayer& c, cudaStream_
 // an N-major (transposed) operand, so no tile is ever transposed or copied through registers.
 constexpr int kWgBlockM = 128;
 constexpr int kWgThreads = 256;
-
-// Byte offset of 16-byte chunk `ch` of row `r` in a tile of kRows rows stored as kHeadDim / 64
-// column halves of [kRows][128 bytes], the chunk index XOR-swizzled by r % 8 (the wgmma 128-byte
-// swizzle; each half starts 1024-aligned).
-template <int kRows>
-__device__ __forceinline__ uint32_t SwzOffset(int r, int ch) {
-  return (ch >> 3) * (kRows * 128) + r * 128 + (((ch & 7) ^ (r & 7)) << 4);
-}
-
-// Flat cache slot of position `pos` through the block table; shift >= 0 when the block size is
-// 1 << shift.
-__device__ __forceinline__ int64_t SlotOf(const int32_t* table, int pos, int bs, int shift) {
-  const int blk = shift >= 0 ? pos >> shift : pos / bs;
-  return int64_t{table[blk]} * bs + (pos - blk * bs);
-}
 
 template <int kHeadDim, int kBlockN>
 __device__ __forceinline__ void LoadKvTileSwz(uint32_t k_dst, uint32_t v_dst, const KvCacheLayer& c,
@@ -442,13 +421,20 @@ void LaunchWgmma(const PrefillAttentionArgs& a, const KvCacheLayer& c, cudaStrea
 }
 
 // Kernel choice: wgmma with 64-key tiles, 2 blocks/SM and ping-pong warpgroups (the default);
-// DQ_PREFILL_KERNEL = wg64 / wg128 / wg128pp (no ping-pong; 128-key tiles, 1 block/SM) or mma (the
-// mma.sync kernel) overrides it, for tuning and comparison.
+// DQ_PREFILL_KERNEL = wg64 / wg128 / wg128pp (no ping-pong; 128-key tiles, 1 block/SM), mma (the
+// mma.sync kernel) or ws64 / ws64pp / ws128 / ws128pp (warp-specialized, attention_prefill_ws.cu)
+// overrides it, for tuning and comparison.
 template <int kHeadDim>
 void Launch(const PrefillAttentionArgs& a, const KvCacheLayer& c, cudaStream_t stream) {
   const char* v = std::getenv("DQ_PREFILL_KERNEL");
   const auto is = [&](const char* name) { return v && std::strcmp(v, name) == 0; };
   if (is("mma")) return LaunchMma<kHeadDim>(a, c, stream);
+  if (is("ws64")) return LaunchPrefillWs<kHeadDim>(a, c, PrefillWsVariant::kN64, stream);
+  if (is("ws64pp")) return LaunchPrefillWs<kHeadDim>(a, c, PrefillWsVariant::kN64PingPong, stream);
+  if (is("ws128")) return LaunchPrefillWs<kHeadDim>(a, c, PrefillWsVariant::kN128, stream);
+  if (is("ws128pp")) {
+    return LaunchPrefillWs<kHeadDim>(a, c, PrefillWsVariant::kN128PingPong, stream);
+  }
   if (is("wg64")) return LaunchWgmma<kHeadDim, 64, 2, false>(a, c, stream);
   if (is("wg128")) return LaunchWgmma<kHeadDim, 128, 1, false>(a, c, stream);
   if (is("wg128pp")) return LaunchWgmma<kHeadDim, 128, 1, true>(a, c, stream);

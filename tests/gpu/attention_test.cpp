@@ -182,6 +182,23 @@ TEST(GpuAttention, LongPrefillMatchesCpuOnSampledRows) {
   CheckPrefill(kSmol, {1000}, {8191}, 24);
 }
 
+// Every prefill kernel (DQ_PREFILL_KERNEL picks one, as a tuning override) on the same checks:
+// head dims 128 and 64, one row, ragged batches over cached prefixes, a long prompt.
+TEST(GpuAttention, PrefillKernelVariantsMatchCpu) {
+  DQ_REQUIRE_GPU();
+  for (const char* kernel : {"ws64", "ws64pp", "ws128", "ws128pp", "wg64", "wg128", "mma"}) {
+    SCOPED_TRACE(kernel);
+    setenv("DQ_PREFILL_KERNEL", kernel, 1);
+    for (const Shape& s : {kQwen3, kSmol}) {
+      CheckPrefill(s, {0}, {1}, 1 << 20);
+      CheckPrefill(s, {0, 45, 300, 7}, {17, 130, 1, 257}, 1 << 20);
+    }
+    CheckPrefill(kQwen3, {0}, {4099}, 24);
+    CheckPrefill(kSmol, {100}, {1000}, 24);
+  }
+  unsetenv("DQ_PREFILL_KERNEL");
+}
+
 void CheckDecode(const Shape& s, const std::vector<int>& ctx, int max_context) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE(testing::Message() << "seed " << seed << " " << s.name << " seqs " << ctx.size());

@@ -135,7 +135,7 @@ TEST(GpuAttentionTiming, Qwen3Shape) {
   DQ_REQUIRE_GPU();
   std::vector<std::string> rows;
   // Each kernel variant (selected through the environment, as a tuning override) in turn.
-  for (const char* kernel : {"wg64pp", "wg64", "wg128pp", "wg128", "mma"}) {
+  for (const char* kernel : {"ws64", "ws64pp", "ws128", "ws128pp", "wg64pp", "wg128pp", "mma"}) {
     setenv("DQ_PREFILL_KERNEL", kernel, 1);
     rows.push_back(PrefillTiming(8192, kernel));
     rows.push_back(PrefillTiming(2048, kernel));
