@@ -53,7 +53,18 @@ TEST(DeployConfig, DecodeSpeculation) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->decode.speculative, "ngram");
   EXPECT_EQ(c->decode.spec_k, 6);
-  ExpectError("model = \"m\"\n[decode]\nspeculative = \"self\"\n", "speculative must be");
+  ExpectError("model = \"m\"\n[decode]\nspeculative = \"dflash\"\n", "speculative must be");
+  // The self drafter needs exactly one source of weights; they are its alone.
+  ExpectError("model = \"m\"\n[decode]\nspeculative = \"self\"\n", "exactly one of draft_format");
+  ExpectError("model = \"m\"\n[decode]\nspeculative = \"ngram\"\ndraft_format = \"int4\"\n",
+              "set speculative = \"self\"");
+  auto self = ParseDeployConfig(
+      "model = \"m\"\n[decode]\nspeculative = \"self\"\ndraft_format = \"int4\"\n"
+      "draft_group_size = 64\ndraft_on_prefill = false\n");
+  ASSERT_TRUE(self.ok()) << self.status();
+  EXPECT_EQ(self->decode.draft_format, "int4");
+  EXPECT_EQ(self->decode.draft_group_size, 64);
+  EXPECT_FALSE(self->decode.draft_on_prefill);
   ExpectError("model = \"m\"\n[decode]\nspec_k = 0\n", "spec_k must be in [1, 16]");
   ExpectError("model = \"m\"\n[decode]\nspec_k = 17\n", "spec_k must be in [1, 16]");
   // A decode key only.
