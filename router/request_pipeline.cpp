@@ -364,7 +364,8 @@ struct ActiveRequest::StreamState {
   bool stop_string = false;  // the router ended it on a stop string
   bool length_cut = false;   // the router ended it at max_tokens
   bool client_gone = false;
-  SpecUsage spec;  // the decode worker's latest speculation counters (cumulative)
+  int skip_tokens = 0;  // tokens at the stream's head the client already has
+  SpecUsage spec;       // the decode worker's latest speculation counters (cumulative)
 };
 
 GenerationResult ActiveRequest::Run(const DeltaCallback& on_delta) {
@@ -389,8 +390,23 @@ GenerationResult ActiveRequest::Run(const DeltaCallback& on_delta) {
 
   OutputAssembler out(pipeline_->model_.tokenizer, input_.sampling.stop);
   StreamState st;
+  // The first token came back with the prefill's commit: the client gets it now, not after a
+  // round trip through the decode worker, whose stream repeats it first (skipped below).
+  bool ended = false;
+  {
+    Delta delta;
+    const v1::PositionLogprobs* lp = input_.logprobs && commit_.has_first_token_logprobs()
+                                         ? &commit_.first_token_logprobs()
+                                         : nullptr;
+    ended = FeedToken(commit_.first_token(), lp, out, st, &delta);
+    st.skip_tokens = 1;
+    if (!delta.empty() && !on_delta(delta)) {
+      st.client_gone = true;
+      ended = true;
+    }
+  }
   v1::DecodeResponse response;
-  while (reader->Read(&response)) {
+  while (!ended && reader->Read(&response)) {
     Delta delta;
     const bool done = ConsumeResponse(response, out, st, &delta);
     if (!delta.empty() && !on_delta(delta)) {
@@ -443,25 +459,35 @@ bool ActiveRequest::ConsumeResponse(const v1::DecodeResponse& response, OutputAs
                       std::min(response.draft_tokens_accepted(), response.draft_tokens_drafted()),
                       DrafterPromptName(response.drafter_prompt())};
   for (int i = 0; i < response.token_ids_size(); ++i) {
-    if (out.tokens() >= input_.max_tokens) {
-      // The worker enforces max_tokens too; this only guards against one that does not.
-      st.length_cut = true;
-      return true;
+    if (st.skip_tokens > 0) {
+      --st.skip_tokens;
+      continue;
     }
-    const auto now = SchedulerClock::now();
-    if (!st.first_token_at) st.first_token_at = now;
-    st.last_token_at = now;
     const v1::PositionLogprobs* lp =
         input_.logprobs && with_logprobs ? &response.logprobs(i) : nullptr;
-    if (out.Feed(response.token_ids(i), lp, delta)) {
-      st.stop_string = true;
-      return true;
-    }
+    if (FeedToken(response.token_ids(i), lp, out, st, delta)) return true;
   }
   if (response.finished()) {
     st.finished = true;
     st.finish_reason = response.finish_reason();
     st.worker_error = response.error();
+    return true;
+  }
+  return false;
+}
+
+bool ActiveRequest::FeedToken(int32_t token, const v1::PositionLogprobs* logprobs,
+                              OutputAssembler& out, StreamState& st, Delta* delta) {
+  if (out.tokens() >= input_.max_tokens) {
+    // The worker enforces max_tokens too; this only guards against one that does not.
+    st.length_cut = true;
+    return true;
+  }
+  const auto now = SchedulerClock::now();
+  if (!st.first_token_at) st.first_token_at = now;
+  st.last_token_at = now;
+  if (out.Feed(token, logprobs, delta)) {
+    st.stop_string = true;
     return true;
   }
   return false;

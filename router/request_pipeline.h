@@ -92,6 +92,9 @@ class ActiveRequest {
 
   bool ConsumeResponse(const dqserve::v1::DecodeResponse& response, OutputAssembler& out,
                        StreamState& st, Delta* delta);
+  // Feeds one generated token; true when the request ends on it (stop string, max_tokens).
+  bool FeedToken(int32_t token, const dqserve::v1::PositionLogprobs* logprobs, OutputAssembler& out,
+                 StreamState& st, Delta* delta);
   GenerationResult Conclude(StreamState& st, const grpc::Status& status, OutputAssembler& out);
   void ReleaseLease(const std::string& reason);
 
