@@ -116,6 +116,13 @@ class CudaDecoderModel : public ForwardModel {
   cudaStream_t stream() const { return stream_; }
   // Null unless the layers are streamed (benchmarks drop its page cache between passes).
   const WeightStreamer* weight_streamer() const { return streamer_.get(); }
+  // The decode batch sizes captured as CUDA graphs so far (tests: the graph path was taken).
+  std::vector<int> captured_decode_batches() const {
+    std::lock_guard lock(*mu_);
+    std::vector<int> sizes;
+    for (const auto& entry : graphs_) sizes.push_back(entry.first);
+    return sizes;
+  }
 
   struct Layer;
   struct Plan;

@@ -73,7 +73,8 @@ TEST(GpuNorm, PlainMatchesCpu) {
 
 TEST(GpuNorm, FusedResidualAddMatchesCpu) {
   DQ_REQUIRE_GPU();
-  for (int64_t rows : {1, 13}) {
+  // 1: a decode step; 8: a graph-sized decode batch; 13: odd; 300: a prefill chunk.
+  for (int64_t rows : {1, 8, 13, 300}) {
     CheckNorm(rows, 2560, DeltaKind::kF32, true, false);
     CheckNorm(rows, 2560, DeltaKind::kBf16, true, true);
     CheckNorm(rows, 576, DeltaKind::kF32, true, true);

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine: every CUDA op against the CPU reference on fresh random data, then the
-# whole model (SmolLM2 Q4_1 and a tiny random Qwen3) against the CPU backend's logits; with two
-# GPUs also the nccl and ucx KV transports between them.
+# whole model (SmolLM2 Q4_1 and a tiny random Qwen3) against the CPU backend's logits, in
+# weight-only compute and in the prefill compute modes (fp8 W8A8, nvfp4 W4A4, fp8 prefill with
+# int4 decode), and decode steps replayed from CUDA graphs against eager ones (bitwise); with
+# two GPUs also the nccl and ucx KV transports between them.
 # Needs build/release-cuda/bin (dq_gpu_tests, dq-tool) and models/SmolLM2-135M-Instruct.Q4_1.gguf
 # (or $SMOLLM2). Results (gtest JSON + log) go to $OUT (default /tmp/dq-gpu).
 set -euo pipefail
@@ -19,8 +21,8 @@ export DQ_TINY_QWEN3=/tmp/tiny-qwen3
 export DQ_SMOLLM2=${SMOLLM2:-$PWD/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 rc=0
 "$bin/dq_gpu_tests" --gtest_output="json:$out/gpu_tests.json" "$@" >"$out/gpu_tests.log" 2>&1 || rc=$?
-grep -E '^\[(  PASSED|  FAILED|  SKIPPED)|FAILED|^\[(tiny_qwen3|smollm2)\]|tests ran' \
-  "$out/gpu_tests.log" | head -60
+grep -E '^\[(  PASSED|  FAILED|  SKIPPED)|FAILED|^\[(tiny_qwen3|smollm2)[a-z0-9_ ]*\]|^\[capture\]|tests ran' \
+  "$out/gpu_tests.log" | head -80
 echo "dq_gpu_tests exit code $rc (log: $out/gpu_tests.log)"
 # With two GPUs: the KV transports between them, each its own binary (it starts dq_kv_receiver on
 # cuda:1): nccl, and ucx on device memory with the UCX of .gpu/ucx-cu13/env.sh

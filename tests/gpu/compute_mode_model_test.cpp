@@ -1,0 +1,155 @@
+// Whole-model check of the prefill worker's compute modes: the tiny random Qwen3 and SmolLM2
+// (its Q4_1 GGUF dequantized), quantized here to fp8 (W8A8) and nvfp4 (W4A4, with dynamic and
+// with calibrated static activation scales), run on the CUDA backend and on the CPU backend in
+// the same compute mode (the CPU reference has the same numerics: fp8_codec.cpp,
+// nvfp4_codec.cpp): prefill one shot and chunked, then decode steps, top-1 identical where the
+// CPU's top two are not a near tie and the largest |Δlogit| printed (model_compare.h:
+// ExpectCloseQuantized says how the activations' rounding boundaries widen the margins). Then a
+// runner with different weights per phase, as a disaggregated deployment on one GPU has: fp8 W8A8
+// prefill and int4 weight-only decode, each phase's logits against the CPU's.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "engine/cuda/cuda_model.h"
+#include "engine/model/model_loader.h"
+#include "engine/model/model_runner.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/model_compare.h"
+
+namespace dq {
+namespace {
+
+using gpu_test::PhaseComparison;
+
+struct ModeCase {
+  std::string model;  // "tiny_qwen3" or "smollm2"
+  std::string format;
+  ComputeMode mode;
+  bool calibrate;  // nvfp4: static activation global scales
+  std::string name;
+};
+
+// The source model, or a skip when it is not on this machine.
+std::unique_ptr<Model> LoadSource(const std::string& name) {
+  const std::string path = gpu_test::TestModelPath(name);
+  if (!std::filesystem::exists(path)) return nullptr;
+  auto model = LoadModel(path);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? std::move(*model) : nullptr;
+}
+
+// CPU and CUDA runners over the same per-phase weights.
+struct RunnerPair {
+  std::unique_ptr<ModelRunner> cpu, gpu;
+};
+void MakeRunners(const PhaseWeights& prefill, const PhaseWeights& decode, RunnerPair* out) {
+  ModelRunnerOptions ro;
+  ro.kv_capacity = 1024;
+  auto cpu = ModelRunner::Create(prefill, decode, ro);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  ro.backend = cuda::CudaBackendFactory();
+  auto gpu = ModelRunner::Create(prefill, decode, ro);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  ASSERT_EQ((*gpu)->backend(), "cuda");
+  out->cpu = std::move(*cpu);
+  out->gpu = std::move(*gpu);
+}
+
+// The CPU backend on the same weights, every phase in weight-only compute.
+std::unique_ptr<ModelRunner> WeightOnlyCpuRunner(PhaseWeights prefill, PhaseWeights decode) {
+  prefill.mode = decode.mode = ComputeMode::kWeightOnly;
+  ModelRunnerOptions ro;
+  ro.kv_capacity = 1024;
+  auto r = ModelRunner::Create(prefill, decode, ro);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? std::move(*r) : nullptr;
+}
+
+class ComputeModeOnGpu : public ::testing::TestWithParam<ModeCase> {};
+
+TEST_P(ComputeModeOnGpu, LogitsMatchTheCpuBackendInTheSameMode) {
+  DQ_REQUIRE_GPU();
+  const ModeCase& c = GetParam();
+  std::unique_ptr<Model> source = LoadSource(c.model);
+  if (source == nullptr) GTEST_SKIP() << gpu_test::TestModelPath(c.model) << " not present";
+  gpu_test::ScratchDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  auto q = gpu_test::QuantizedCopy(*source, dir.path(), c.format, c.format, 0, c.calibrate);
+  ASSERT_TRUE(q.ok()) << q.status();
+  const Model& m = **q;
+  const PhaseWeights w{m.checkpoint.get(), &m.config, c.mode};
+  RunnerPair r;
+  MakeRunners(w, w, &r);
+  if (HasFatalFailure()) return;
+  const uint64_t seed = gpu_test::FreshSeed();
+  const std::vector<int32_t> prompt = gpu_test::MixedPrompt(m, seed);
+  PhaseComparison cmp, effect;
+  gpu_test::RunBothAndCompare(*r.cpu, *r.gpu, prompt, 8, &cmp);
+  if (HasFatalFailure()) return;
+  // The yardstick: how far this mode's activation quantization moves the CPU's logits.
+  std::unique_ptr<ModelRunner> cpu_wo = WeightOnlyCpuRunner(w, w);
+  ASSERT_NE(cpu_wo, nullptr);
+  gpu_test::RunBothAndCompare(*r.cpu, *cpu_wo, prompt, 8, &effect);
+  if (HasFatalFailure()) return;
+  const gpu_test::Comparison mode_effect = gpu_test::Merged(effect);
+  gpu_test::ExpectCloseQuantized(c.name, seed, gpu_test::Merged(cmp), &mode_effect);
+}
+
+std::vector<ModeCase> Cases() {
+  std::vector<ModeCase> v;
+  for (const char* model : {"tiny_qwen3", "smollm2"}) {
+    const std::string m = model;
+    v.push_back({m, "fp8", ComputeMode::kW8A8, false, m + "_fp8_w8a8"});
+    v.push_back({m, "nvfp4", ComputeMode::kW4A4, false, m + "_nvfp4_w4a4_dynamic"});
+    v.push_back({m, "nvfp4", ComputeMode::kW4A4, true, m + "_nvfp4_w4a4_static"});
+  }
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ComputeModeOnGpu, ::testing::ValuesIn(Cases()),
+                         [](const auto& info) { return info.param.name; });
+
+// fp8 W8A8 prefill weights and int4 (group 64) weight-only decode weights in one runner, both
+// on one device sharing the KV cache: the prefill logits come from the fp8 model, the decode
+// steps' from the int4 one reading the KV cache the fp8 prefill wrote.
+class MixedPhasesOnGpu : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MixedPhasesOnGpu, Fp8PrefillInt4DecodeMatchTheCpuBackend) {
+  DQ_REQUIRE_GPU();
+  std::unique_ptr<Model> source = LoadSource(GetParam());
+  if (source == nullptr) GTEST_SKIP() << gpu_test::TestModelPath(GetParam()) << " not present";
+  gpu_test::ScratchDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  auto fp8 = gpu_test::QuantizedCopy(*source, dir.path(), "fp8", "fp8");
+  ASSERT_TRUE(fp8.ok()) << fp8.status();
+  auto int4 = gpu_test::QuantizedCopy(*source, dir.path(), "int4", "int4", 64);
+  ASSERT_TRUE(int4.ok()) << int4.status();
+  const PhaseWeights prefill{(*fp8)->checkpoint.get(), &(*fp8)->config, ComputeMode::kW8A8};
+  const PhaseWeights decode{(*int4)->checkpoint.get(), &(*int4)->config, ComputeMode::kWeightOnly};
+  RunnerPair r;
+  MakeRunners(prefill, decode, &r);
+  if (HasFatalFailure()) return;
+  const uint64_t seed = gpu_test::FreshSeed();
+  const std::vector<int32_t> prompt = gpu_test::MixedPrompt(**fp8, seed);
+  PhaseComparison cmp, effect;
+  gpu_test::RunBothAndCompare(*r.cpu, *r.gpu, prompt, 8, &cmp);
+  if (HasFatalFailure()) return;
+  std::unique_ptr<ModelRunner> cpu_wo = WeightOnlyCpuRunner(prefill, decode);
+  ASSERT_NE(cpu_wo, nullptr);
+  gpu_test::RunBothAndCompare(*r.cpu, *cpu_wo, prompt, 8, &effect);
+  if (HasFatalFailure()) return;
+  gpu_test::ExpectCloseQuantized(GetParam() + "_mixed_prefill_fp8_w8a8", seed, cmp.prefill,
+                                 &effect.prefill);
+  // The int4 decode steps compute in weight-only mode but read the KV cache the W8A8 prefill
+  // wrote (which differs between the backends as the prefill's logits do): judged like a
+  // quantized mode, without the yardstick (theirs mixes in the decode's own bf16 noise).
+  gpu_test::ExpectCloseQuantized(GetParam() + "_mixed_decode_int4", seed, cmp.decode, nullptr);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, MixedPhasesOnGpu, ::testing::Values("tiny_qwen3", "smollm2"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace dq

@@ -1,0 +1,254 @@
+// Whole-model comparisons for the GPU tests: the test models' paths, quantized copies of them in
+// a temporary directory, and one prompt run through a CPU and a CUDA runner (one-shot prefill
+// with every position's logits, chunked prefill, decode steps fed the same tokens) with the
+// logits compared per phase: largest |Δlogit| and top-1 agreement where the CPU's top two are
+// not a near tie.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/model/model_loader.h"
+#include "engine/model/model_runner.h"
+#include "engine/quant/checkpoint_quantizer.h"
+
+namespace dq::gpu_test {
+
+// Top-1 is judged only where the CPU's top-2 gap exceeds this (weight-only compute).
+inline constexpr double kTieMargin = 0.2;
+
+struct Comparison {
+  double max_abs_diff = 0;
+  double max_abs_logit = 0;
+  double sum_sq_diff = 0;
+  int64_t values = 0;
+  // Per row: the CPU's top-2 gap and whether the GPU's top-1 is the CPU's.
+  std::vector<std::pair<float, bool>> rows;
+
+  double rms_diff() const { return values > 0 ? std::sqrt(sum_sq_diff / values) : 0.0; }
+  void Merge(const Comparison& o) {
+    max_abs_diff = std::max(max_abs_diff, o.max_abs_diff);
+    max_abs_logit = std::max(max_abs_logit, o.max_abs_logit);
+    sum_sq_diff += o.sum_sq_diff;
+    values += o.values;
+    rows.insert(rows.end(), o.rows.begin(), o.rows.end());
+  }
+};
+
+struct Top1 {
+  int agree = 0, disagree = 0, near_ties = 0;  // near ties: gap within the margin, not judged
+};
+inline Top1 CountTop1(const Comparison& c, double tie_margin) {
+  Top1 t;
+  for (const auto& [gap, same] : c.rows) {
+    if (gap < tie_margin) {
+      ++t.near_ties;
+    } else {
+      ++(same ? t.agree : t.disagree);
+    }
+  }
+  return t;
+}
+
+inline int Argmax(const float* x, int n) {
+  return static_cast<int>(std::max_element(x, x + n) - x);
+}
+
+inline void Compare(const BatchLogits& cpu, const BatchLogits& gpu, Comparison* c) {
+  ASSERT_EQ(cpu.values.size(), gpu.values.size());
+  const int v = cpu.vocab;
+  for (size_t r = 0; r < cpu.values.size() / v; ++r) {
+    const float* a = cpu.row(r);
+    const float* b = gpu.row(r);
+    for (int i = 0; i < v; ++i) {
+      const double d = std::fabs(double{a[i]} - b[i]);
+      c->max_abs_diff = std::max(c->max_abs_diff, d);
+      c->sum_sq_diff += d * d;
+      c->max_abs_logit = std::max(c->max_abs_logit, double(std::fabs(a[i])));
+    }
+    c->values += v;
+    const int top = Argmax(a, v);
+    float second = -INFINITY;
+    for (int i = 0; i < v; ++i) {
+      if (i != top) second = std::max(second, a[i]);
+    }
+    c->rows.emplace_back(a[top] - second, Argmax(b, v) == top);
+  }
+}
+
+inline void Print(const std::string& label, uint64_t seed, const Comparison& c, const Top1& t,
+                  double tie_margin) {
+  std::printf(
+      "[%s] seed %llu: %zu rows, top-1 agrees on %d, disagrees on %d, %d near ties (CPU top-2 "
+      "gap < %.2f); max |dlogit| %.4f, rms %.4f (max |logit| %.2f)\n",
+      label.c_str(), static_cast<unsigned long long>(seed), c.rows.size(), t.agree, t.disagree,
+      t.near_ties, tie_margin, c.max_abs_diff, c.rms_diff(), c.max_abs_logit);
+}
+
+// Weight-only compute: prints one line (the form run.sh greps: "[<label>] ...") and judges it:
+// top-1 identical wherever the CPU's top-2 gap is at least kTieMargin, and |Δlogit| within 5%
+// of the largest logit plus 0.5.
+inline void ExpectClose(const std::string& label, uint64_t seed, const Comparison& c) {
+  const Top1 t = CountTop1(c, kTieMargin);
+  Print(label, seed, c, t, kTieMargin);
+  EXPECT_GT(c.rows.size(), 0u) << label;
+  EXPECT_EQ(t.disagree, 0) << label;
+  EXPECT_LT(c.max_abs_diff, 0.05 * c.max_abs_logit + 0.5) << label;
+}
+
+// Quantized activations (W8A8, W4A4): the GPU quantizes its bf16 activations, the CPU its fp32
+// ones, so an activation near a rounding boundary of the (coarse) code can land on the
+// neighbouring code: the logits differ by more than in weight-only compute, in proportion to
+// the mode's own quantization noise. Judged: (1) the GPU follows the CPU's activation
+// quantization: the rms |Δlogit| is well below `mode_effect`'s (the CPU in this mode against
+// the CPU in weight-only compute on the same checkpoint, when given), which a GPU that skipped
+// or misplaced it would reach; (2) top-1 identical wherever the CPU's top-2 gap exceeds 8x that
+// rms (errors of a few rms move no top-1), at least 0.2; (3) |Δlogit| within 15% of the largest
+// logit plus 0.5 (gross errors: a wrong scale or layout moves logits by their own size).
+inline void ExpectCloseQuantized(const std::string& label, uint64_t seed, const Comparison& c,
+                                 const Comparison* mode_effect) {
+  const double tie = std::max(kTieMargin, 8 * c.rms_diff());
+  const Top1 t = CountTop1(c, tie);
+  Print(label, seed, c, t, tie);
+  EXPECT_GT(c.rows.size(), 0u) << label;
+  EXPECT_EQ(t.disagree, 0) << label;
+  EXPECT_LT(c.max_abs_diff, 0.15 * c.max_abs_logit + 0.5) << label;
+  if (mode_effect != nullptr) {
+    std::printf(
+        "[%s] mode effect (CPU in this mode vs CPU weight-only): max |dlogit| %.4f, rms "
+        "%.4f; GPU/CPU rms over it: %.2f\n",
+        label.c_str(), mode_effect->max_abs_diff, mode_effect->rms_diff(),
+        c.rms_diff() / std::max(mode_effect->rms_diff(), 1e-30));
+    EXPECT_LT(c.rms_diff(), 0.7 * mode_effect->rms_diff()) << label;
+  }
+}
+
+// "tiny_qwen3" (run.sh makes it; $DQ_TINY_QWEN3) or "smollm2" (the Q4_1 GGUF; $DQ_SMOLLM2).
+inline std::string TestModelPath(const std::string& name) {
+  if (name == "smollm2") {
+    const char* env = std::getenv("DQ_SMOLLM2");
+    return env != nullptr ? env
+                          : std::string(DQ_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  }
+  const char* env = std::getenv("DQ_TINY_QWEN3");
+  return env != nullptr ? env : std::string(DQ_BINARY_DIR) + "/tiny-qwen3";
+}
+
+// A directory removed with everything in it when this goes (the models loaded from it must go
+// first: they map its files).
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "dq-gpu-test-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) != nullptr) path_ = pattern;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// `source` quantized to `format` (a codec scheme) under `dir`/`name` and loaded. With
+// `calibrate`, nvfp4's activation scales are calibrated on a short text (static global scales,
+// as in a real W4A4 checkpoint); without, W4A4 uses per-row dynamic global scales.
+inline absl::StatusOr<std::unique_ptr<Model>> QuantizedCopy(
+    const Model& source, const std::string& dir, const std::string& name, const std::string& format,
+    int group_size = 0, bool calibrate = false) {
+  const std::string out = dir + "/" + name;
+  QuantizeCheckpointOptions qo;
+  qo.format = format;
+  qo.group_size = group_size;
+  qo.progress = false;
+  if (calibrate) {
+    qo.calib_file = dir + "/calib.txt";
+    std::ofstream f(qo.calib_file);
+    for (int i = 0; i < 8; ++i) {
+      f << "The quick brown fox jumps over the lazy dog. Paris is the capital of France, and "
+           "Berlin is the capital of Germany. 1, 2, 3, 4, 5; a + b = c.\n";
+    }
+    qo.calib_tokens = 256;
+  }
+  DQ_RETURN_IF_ERROR(QuantizeCheckpoint(source, out, qo));
+  return LoadModel(out);
+}
+
+// A prompt of some text and `random_tokens` ids drawn with `seed`.
+inline std::vector<int32_t> MixedPrompt(const Model& m, uint64_t seed, int random_tokens = 40) {
+  std::vector<int32_t> prompt = m.tokenizer.Encode(
+      "The capital of France is Paris. The capital of Germany is Berlin. The capital of Italy is",
+      false);
+  std::mt19937 rng(seed);
+  for (int i = 0; i < random_tokens; ++i) {
+    prompt.push_back(static_cast<int32_t>(rng() % m.config.vocab_size));
+  }
+  return prompt;
+}
+
+struct PhaseComparison {
+  Comparison prefill;  // one-shot (every position) and chunked (last position)
+  Comparison decode;   // each decode step's row
+};
+
+// Runs `prompt` through both runners: a one-shot prefill with every position's logits on both,
+// a chunked prefill (thirds) on the GPU compared at the last position, then `decode_steps`
+// steps fed the CPU's greedy tokens to both. Releases its KV blocks.
+inline void RunBothAndCompare(ModelRunner& cpu, ModelRunner& gpu,
+                              const std::vector<int32_t>& prompt, int decode_steps,
+                              PhaseComparison* out) {
+  const int n = static_cast<int>(prompt.size());
+  KvSequence sc, sg, sg2;
+  cpu.kv_pool().extend(sc, n + decode_steps);
+  gpu.kv_pool().extend(sg, n + decode_steps);
+  gpu.kv_pool().extend(sg2, n);
+  BatchLogits lc, lg, lg2;
+  ASSERT_TRUE(cpu.Forward(Batch{Phase::kPrefill, {{&sc, prompt, true}}}, &lc).ok());
+  ASSERT_TRUE(gpu.Forward(Batch{Phase::kPrefill, {{&sg, prompt, true}}}, &lg).ok());
+  Compare(lc, lg, &out->prefill);
+  const std::span<const int32_t> all(prompt);
+  ASSERT_TRUE(
+      gpu.Forward(Batch{Phase::kPrefill, {{&sg2, all.subspan(0, n / 3), false}}}, &lg2).ok());
+  ASSERT_TRUE(gpu.Forward(Batch{Phase::kPrefill, {{&sg2, all.subspan(n / 3), false}}}, &lg2).ok());
+  {
+    BatchLogits last;
+    last.vocab = lc.vocab;
+    last.values.assign(lc.row(n - 1), lc.row(n - 1) + lc.vocab);
+    Compare(last, lg2, &out->prefill);
+  }
+  int32_t next = Argmax(lc.row(n - 1), lc.vocab);
+  for (int step = 0; step < decode_steps; ++step) {
+    BatchLogits dc, dg;
+    ASSERT_TRUE(cpu.Forward(Batch{Phase::kDecode, {{&sc, std::span(&next, 1), false}}}, &dc).ok());
+    ASSERT_TRUE(gpu.Forward(Batch{Phase::kDecode, {{&sg, std::span(&next, 1), false}}}, &dg).ok());
+    Compare(dc, dg, &out->decode);
+    next = Argmax(dc.row(0), dc.vocab);
+  }
+  cpu.kv_pool().release(sc);
+  gpu.kv_pool().release(sg);
+  gpu.kv_pool().release(sg2);
+}
+
+inline Comparison Merged(const PhaseComparison& p) {
+  Comparison c = p.prefill;
+  c.Merge(p.decode);
+  return c;
+}
+
+}  // namespace dq::gpu_test
