@@ -133,18 +133,27 @@ void FillPattern(const Side& s, const Pools& p) {
   }
 }
 
-std::string VerifyPattern(const Side& s, const Pools& p) {
-  std::vector<uint64_t> want(s.run_bytes() / 8), got(want.size());
-  for (int l = 0; l < s.o.layers; ++l) {
+// Copies go through `stream` (non-blocking) into pinned memory: a legacy-stream cudaMemcpy would
+// also wait for every blocking stream in the process, some of which a transport may own.
+std::string VerifyPattern(const Side& s, const Pools& p, cudaStream_t stream) {
+  std::vector<uint64_t> want(s.run_bytes() / 8);
+  uint64_t* got = nullptr;
+  BENCH_CUDA(cudaMallocHost(reinterpret_cast<void**>(&got), s.run_bytes()));
+  std::string verdict = "ok";
+  for (int l = 0; l < s.o.layers && verdict == "ok"; ++l) {
     for (int t = 0; t < 2; ++t) {
       Pattern(t, l, want);
-      BENCH_CUDA(
-          cudaMemcpy(got.data(), p.t[t] + s.run_offset(l), s.run_bytes(), cudaMemcpyDeviceToHost));
-      if (got != want)
-        return "layer " + std::to_string(l) + " tensor " + std::to_string(t) + " differs";
+      BENCH_CUDA(cudaMemcpyAsync(got, p.t[t] + s.run_offset(l), s.run_bytes(),
+                                 cudaMemcpyDeviceToHost, stream));
+      BENCH_CUDA(cudaStreamSynchronize(stream));
+      if (!std::equal(want.begin(), want.end(), got)) {
+        verdict = "layer " + std::to_string(l) + " tensor " + std::to_string(t) + " differs";
+        break;
+      }
     }
   }
-  return "ok";
+  cudaFreeHost(got);
+  return verdict;
 }
 
 std::unique_ptr<kvtransfer::Transport> MakeTransport(const Options& o, const std::string& kind,
@@ -240,9 +249,13 @@ int RunReceiver(const Options& o) {
       BENCH_CUDA(cudaStreamSynchronize(stream));
       WriteMessage(o.out_fd, "ok");
     } else if (*cmd == "verify") {
-      WriteMessage(o.out_fd, VerifyPattern(s, pools));
+      Progress("receiver", "verifying");
+      const std::string verdict = VerifyPattern(s, pools, stream);
+      Progress("receiver", "verified: " + verdict);
+      WriteMessage(o.out_fd, verdict);
     } else if (*cmd == "clear") {
-      for (char* t : pools.t) BENCH_CUDA(cudaMemset(t, 0, s.pool_bytes()));
+      for (char* t : pools.t) BENCH_CUDA(cudaMemsetAsync(t, 0, s.pool_bytes(), stream));
+      BENCH_CUDA(cudaStreamSynchronize(stream));
       WriteMessage(o.out_fd, "ok");
     }
   }
@@ -257,7 +270,8 @@ struct Receiver {
   std::map<std::string, std::vector<std::string>> descriptors;  // by backend
   std::string Command(const std::string& c) {
     WriteMessage(to, c);
-    return ReadMessage(from, 600000).value_or("(no answer)");
+    // Bounded: a stuck receiver costs the check, not the figures already measured.
+    return ReadMessage(from, 120000).value_or("(no answer within 120 s)");
   }
 };
 

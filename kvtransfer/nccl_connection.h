@@ -52,8 +52,9 @@ class NcclOutbound {
   NcclOutbound(Fd fd, std::string peer, int device, int timeout_ms, ncclComm_t comm,
                cudaStream_t stream);
   void Loop();
-  // Announces `t` on the control channel and queues its ncclSends on the stream.
-  absl::Status Issue(const std::shared_ptr<Transfer>& t);
+  // Announces `batch` on the control channel (one write) and queues its ncclSends on the stream
+  // as one group.
+  absl::Status Issue(const std::vector<std::shared_ptr<Transfer>>& batch);
   absl::Status ReadAck();
   absl::Status CheckOverdue() const;
   // Marks the connection dead, aborts the communicator and fails every transfer on it.
@@ -97,12 +98,20 @@ class NcclInbound {
     Clock::time_point posted;
   };
 
+  // A transfer the sender announced: its ops, their pinned targets (or the refusal), its event.
+  struct Announced {
+    std::vector<wire::OpHeader> ops;
+    InFlight f;
+  };
+
   void Serve();
   absl::Status Handshake();
   absl::Status ServeLoop();
-  // Reads the ops of `header`, checks and pins their targets, queues the ncclRecvs.
-  absl::Status Post(const wire::TransferHeader& header);
-  absl::Status PostRecvs(const std::vector<wire::OpHeader>& ops, const InFlight& f);
+  // Reads the ops of `header`, checks and pins their targets, takes an event for them.
+  absl::StatusOr<Announced> Announce(const wire::TransferHeader& header);
+  // Queues the recvs of every transfer in `batch` as one group; moves them to in_flight_.
+  absl::Status PostBatch(std::vector<Announced>& batch);
+  absl::Status PostRecvs(const std::vector<Announced>& batch);
   // Acknowledges every transfer at the front whose recvs have ended.
   absl::Status AckFinished();
   absl::Status SendAck(uint64_t transfer, const absl::Status& status);

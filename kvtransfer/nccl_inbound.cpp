@@ -13,6 +13,8 @@ namespace {
 
 // While recvs are in flight the thread checks their events this often (an ack's latency).
 constexpr int64_t kPollUs = 50;
+// At most this many announced transfers go into one group of recvs.
+constexpr size_t kMaxBatch = 256;
 
 }  // namespace
 
@@ -90,17 +92,25 @@ absl::Status NcclInbound::ServeLoop() {
         WaitFdMicros(fd_.get(), wake_.fd(), in_flight_.empty() ? int64_t{-1} : kPollUs);
     if (w == WaitResult::kWoken) return absl::CancelledError("the transport was shut down");
     if (w == WaitResult::kReady) {
-      char buf[wire::TransferHeader::kSize];
-      absl::Status got = RecvAll(fd_.get(), buf, sizeof(buf), timeout_ms_, wake_.fd());
-      if (!got.ok() && in_flight_.empty()) {
-        // A sender that disconnects between transfers is normal (it shut down or reconnected).
-        SPDLOG_DEBUG("kvtransfer nccl: connection from {} closed: {}", peer_,
-                     std::string(got.message()));
-        return absl::CancelledError("the sender disconnected");
-      }
-      DQ_RETURN_IF_ERROR(got);
-      DQ_ASSIGN_OR_RETURN(wire::TransferHeader header, wire::DecodeTransferHeader(buf));
-      DQ_RETURN_IF_ERROR(Post(header));
+      // Every announcement already here joins one group of recvs: one enqueue (and one wait
+      // for the communicator) for a burst of transfers instead of one each.
+      std::vector<Announced> batch;
+      do {
+        char buf[wire::TransferHeader::kSize];
+        absl::Status got = RecvAll(fd_.get(), buf, sizeof(buf), timeout_ms_, wake_.fd());
+        if (!got.ok() && in_flight_.empty() && batch.empty()) {
+          // A sender that disconnects between transfers is normal (it shut down or reconnected).
+          SPDLOG_DEBUG("kvtransfer nccl: connection from {} closed: {}", peer_,
+                       std::string(got.message()));
+          return absl::CancelledError("the sender disconnected");
+        }
+        DQ_RETURN_IF_ERROR(got);
+        DQ_ASSIGN_OR_RETURN(wire::TransferHeader header, wire::DecodeTransferHeader(buf));
+        DQ_ASSIGN_OR_RETURN(Announced a, Announce(header));
+        batch.push_back(std::move(a));
+      } while (batch.size() < kMaxBatch &&
+               WaitFdMicros(fd_.get(), wake_.fd(), 0) == WaitResult::kReady);
+      DQ_RETURN_IF_ERROR(PostBatch(batch));
     }
     DQ_RETURN_IF_ERROR(AckFinished());
     if (!in_flight_.empty() && Clock::now() - std::max(in_flight_.front().posted, last_progress_) >
@@ -111,19 +121,20 @@ absl::Status NcclInbound::ServeLoop() {
   }
 }
 
-absl::Status NcclInbound::Post(const wire::TransferHeader& header) {
-  std::vector<wire::OpHeader> ops(header.num_ops);
-  for (wire::OpHeader& op : ops) {
+absl::StatusOr<NcclInbound::Announced> NcclInbound::Announce(const wire::TransferHeader& header) {
+  Announced a;
+  a.ops.resize(header.num_ops);
+  for (wire::OpHeader& op : a.ops) {
     char buf[wire::OpHeader::kSize];
     DQ_RETURN_IF_ERROR(RecvAll(fd_.get(), buf, sizeof(buf), timeout_ms_, wake_.fd()));
     op = wire::DecodeOpHeader(buf);
   }
-  InFlight f;
+  InFlight& f = a.f;
   f.transfer = header.transfer;
   f.posted = Clock::now();
   // Check every op before any recv: a bad one (a released region, a forged descriptor) sends
   // the whole transfer into the scratch buffer and the ack says why.
-  for (const wire::OpHeader& op : ops) {
+  for (const wire::OpHeader& op : a.ops) {
     absl::StatusOr<PinnedRange> pin =
         PinRange(*regions_, header.region, op.remote_offset, op.bytes);
     if (!pin.ok()) {
@@ -134,7 +145,7 @@ absl::Status NcclInbound::Post(const wire::TransferHeader& header) {
     }
     f.pins.push_back(std::move(*pin));
   }
-  if (!ops.empty()) {
+  if (!a.ops.empty()) {
     if (!free_events_.empty()) {
       f.done = free_events_.back();
       free_events_.pop_back();
@@ -142,28 +153,38 @@ absl::Status NcclInbound::Post(const wire::TransferHeader& header) {
       DQ_NCCL_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&f.done, cudaEventDisableTiming),
                                    "creating a CUDA event");
     }
-    absl::Status posted = PostRecvs(ops, f);
-    if (!posted.ok()) {
-      // Some recvs may be queued: Teardown lets go of the targets only after the abort.
-      in_flight_.push_back(std::move(f));
-      return posted;
-    }
-    f.posted = Clock::now();  // after a first transfer's channel setup, which is not a stall
   }
-  in_flight_.push_back(std::move(f));
-  return absl::OkStatus();
+  return a;
 }
 
-absl::Status NcclInbound::PostRecvs(const std::vector<wire::OpHeader>& ops, const InFlight& f) {
-  if (!f.error.ok()) DQ_RETURN_IF_ERROR(Scratch());
+absl::Status NcclInbound::PostBatch(std::vector<Announced>& batch) {
+  absl::Status posted = PostRecvs(batch);
+  const auto now = Clock::now();  // after a first transfer's channel setup, which is not a stall
+  for (Announced& a : batch) {
+    if (posted.ok() && a.f.done != nullptr) a.f.posted = now;
+    // On failure some recvs may be queued: Teardown lets go of the targets only after the abort.
+    in_flight_.push_back(std::move(a.f));
+  }
+  return posted;
+}
+
+absl::Status NcclInbound::PostRecvs(const std::vector<Announced>& batch) {
+  bool any = false;
+  for (const Announced& a : batch) {
+    any |= !a.ops.empty();
+    if (!a.f.error.ok()) DQ_RETURN_IF_ERROR(Scratch());
+  }
+  if (!any) return absl::OkStatus();
   ncclResult_t first_error = ncclGroupStart();
-  for (size_t i = 0; i < ops.size(); ++i) {
-    // The sender cuts each op into the same chunks (nccl_wire.h), so the counts match.
-    ForEachChunk(ops[i].bytes, kNcclChunkBytes, [&](uint64_t offset, uint64_t bytes) {
-      void* dst = f.error.ok() ? static_cast<void*>(f.pins[i].data() + offset) : scratch_;
-      const ncclResult_t r = ncclRecv(dst, bytes, ncclInt8, /*peer=*/0, comm_, stream_);
-      if (first_error == ncclSuccess && r != ncclSuccess && r != ncclInProgress) first_error = r;
-    });
+  for (const Announced& a : batch) {
+    for (size_t i = 0; i < a.ops.size(); ++i) {
+      // The sender cuts each op into the same chunks (nccl_wire.h), so the counts match.
+      ForEachChunk(a.ops[i].bytes, kNcclChunkBytes, [&](uint64_t offset, uint64_t bytes) {
+        void* dst = a.f.error.ok() ? static_cast<void*>(a.f.pins[i].data() + offset) : scratch_;
+        const ncclResult_t r = ncclRecv(dst, bytes, ncclInt8, /*peer=*/0, comm_, stream_);
+        if (first_error == ncclSuccess && r != ncclSuccess && r != ncclInProgress) first_error = r;
+      });
+    }
   }
   const ncclResult_t end = ncclGroupEnd();
   if (first_error != ncclSuccess) return NcclStatus(first_error, comm_, "queueing ncclRecv");
@@ -175,7 +196,10 @@ absl::Status NcclInbound::PostRecvs(const std::vector<wire::OpHeader>& ops, cons
       comm_, Clock::now() + std::chrono::milliseconds(wait_ms), [this] { return Interrupted(); },
       "queueing ncclRecv"));
   connected_ = true;
-  DQ_NCCL_CUDA_RETURN_IF_ERROR(cudaEventRecord(f.done, stream_), "ordering a KV receive");
+  for (const Announced& a : batch) {
+    if (a.f.done == nullptr) continue;
+    DQ_NCCL_CUDA_RETURN_IF_ERROR(cudaEventRecord(a.f.done, stream_), "ordering a KV receive");
+  }
   return absl::OkStatus();
 }
 

@@ -158,16 +158,17 @@ void NcclOutbound::Enqueue(std::shared_ptr<Transfer> transfer) {
 void NcclOutbound::Loop() {
   cudaSetDevice(device_);
   for (;;) {
-    std::shared_ptr<Transfer> next;
+    // Everything queued goes out together: one control write and one group of sends.
+    std::vector<std::shared_ptr<Transfer>> next;
     {
       std::lock_guard lock(mu_);
       if (stopping_) break;
-      if (!queue_.empty()) {
-        next = std::move(queue_.front());
+      while (!queue_.empty()) {
+        next.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
     }
-    if (next != nullptr) {
+    if (!next.empty()) {
       absl::Status issued = Issue(next);
       if (!issued.ok()) return Break(issued);
       continue;
@@ -189,27 +190,34 @@ void NcclOutbound::Loop() {
   Break(absl::CancelledError("the transport was shut down"));
 }
 
-absl::Status NcclOutbound::Issue(const std::shared_ptr<Transfer>& t) {
+absl::Status NcclOutbound::Issue(const std::vector<std::shared_ptr<Transfer>>& batch) {
   // Control first: the receiver queues its ncclRecvs in the order transfers are announced,
   // which is the order of our ncclSends, so every send meets its recv.
   std::string control;
-  auto header = wire::Encode(
-      wire::TransferHeader{t->id, t->remote_region, static_cast<uint32_t>(t->ops.size())});
-  control.append(header.data(), header.size());
-  for (const CopyOp& op : t->ops) {
-    auto h = wire::Encode(wire::OpHeader{op.remote_offset, op.bytes});
-    control.append(h.data(), h.size());
+  bool any_ops = false;
+  for (const std::shared_ptr<Transfer>& t : batch) {
+    auto header = wire::Encode(
+        wire::TransferHeader{t->id, t->remote_region, static_cast<uint32_t>(t->ops.size())});
+    control.append(header.data(), header.size());
+    for (const CopyOp& op : t->ops) {
+      auto h = wire::Encode(wire::OpHeader{op.remote_offset, op.bytes});
+      control.append(h.data(), h.size());
+    }
+    any_ops |= !t->ops.empty();
   }
   DQ_RETURN_IF_ERROR(SendAll(fd_.get(), control.data(), control.size(), timeout_ms_, wake_.fd()));
-  in_flight_.push_back({t, Clock::now()});
-  if (t->ops.empty()) return absl::OkStatus();
+  const size_t first = in_flight_.size();
+  for (const std::shared_ptr<Transfer>& t : batch) in_flight_.push_back({t, Clock::now()});
+  if (!any_ops) return absl::OkStatus();
   ncclResult_t first_error = ncclGroupStart();
-  for (size_t i = 0; i < t->ops.size(); ++i) {
-    const std::byte* src = t->sources[i].data();
-    ForEachChunk(t->ops[i].bytes, kNcclChunkBytes, [&](uint64_t offset, uint64_t bytes) {
-      const ncclResult_t r = ncclSend(src + offset, bytes, ncclInt8, /*peer=*/1, comm_, stream_);
-      if (first_error == ncclSuccess && r != ncclSuccess && r != ncclInProgress) first_error = r;
-    });
+  for (const std::shared_ptr<Transfer>& t : batch) {
+    for (size_t i = 0; i < t->ops.size(); ++i) {
+      const std::byte* src = t->sources[i].data();
+      ForEachChunk(t->ops[i].bytes, kNcclChunkBytes, [&](uint64_t offset, uint64_t bytes) {
+        const ncclResult_t r = ncclSend(src + offset, bytes, ncclInt8, /*peer=*/1, comm_, stream_);
+        if (first_error == ncclSuccess && r != ncclSuccess && r != ncclInProgress) first_error = r;
+      });
+    }
   }
   const ncclResult_t end = ncclGroupEnd();
   if (first_error != ncclSuccess) return NcclStatus(first_error, comm_, "queueing ncclSend");
@@ -224,7 +232,8 @@ absl::Status NcclOutbound::Issue(const std::shared_ptr<Transfer>& t) {
       comm_, Clock::now() + std::chrono::milliseconds(wait_ms),
       [fd, this] { return PeerGone(fd, peer_); }, "queueing ncclSend"));
   connected_ = true;
-  in_flight_.back().issued = Clock::now();  // the ack is due timeout_ms after this
+  const auto issued = Clock::now();  // each ack is due timeout_ms after this
+  for (size_t i = first; i < in_flight_.size(); ++i) in_flight_[i].issued = issued;
   return absl::OkStatus();
 }
 
