@@ -115,6 +115,7 @@ absl::StatusOr<bool> CudaDecoderModel::Launch(const Plan& plan, const ForwardHoo
 
 absl::Status CudaDecoderModel::Forward(const Batch& batch, KvBlockPool& pool, ThreadPool&,
                                        BatchLogits* logits, const ForwardHooks& hooks) const {
+  DQ_RETURN_IF_ERROR(RefuseLayerOutputHook(hooks));
   std::lock_guard lock(*mu_);
   Buffers& b = *buf_;
   Plan plan;

@@ -61,6 +61,7 @@ absl::Status CudaDecoderModel::ForwardSample(const Batch& batch, KvBlockPool& po
                                              std::span<const DeviceSampling> per_item,
                                              std::span<int32_t> out_tokens,
                                              const ForwardHooks& hooks) const {
+  DQ_RETURN_IF_ERROR(RefuseLayerOutputHook(hooks));
   if (per_item.size() != batch.items.size() || out_tokens.size() != batch.items.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ForwardSample: ", batch.items.size(), " batch items but ", per_item.size(),

@@ -9,6 +9,7 @@
 #include "common/tokenizer/incremental_detokenizer.h"
 #include "engine/sampler/sampler.h"
 #include "engine/sampler/stop_checker.h"
+#include "engine/spec/hidden_capture.h"
 #include "engine/spec/verify.h"
 
 namespace dq {
@@ -115,7 +116,12 @@ absl::Status Generator::Prefill(Sequence& s) {
   Batch batch{Phase::kPrefill, {{&s.kv, prompt, false}}};
   Sampler* sampler = &s.sampler;
   DQ_RETURN_IF_ERROR(runner_.ForwardAndSample(batch, std::span<Sampler* const>(&sampler, 1),
-                                              std::span<int32_t>(&s.next_token, 1)));
+                                              std::span<int32_t>(&s.next_token, 1), nullptr,
+                                              capture_ ? capture_->Hooks() : ForwardHooks{}));
+  if (capture_) {
+    const int n = static_cast<int>(prompt.size());
+    options_.drafter->ObserveTarget(s.index, 0, n, capture_->Rows(0, n));
+  }
   s.result.prompt_tokens = static_cast<int>(prompt.size());
   s.result.prefill_seconds = Now() - t0;
   return absl::OkStatus();
@@ -140,6 +146,18 @@ absl::Status Generator::CheckSpeculation() const {
   if (options_.drafter == nullptr) return absl::OkStatus();
   DQ_RETURN_IF_ERROR(Validate(options_.spec));
   DQ_RETURN_IF_ERROR(options_.drafter->CheckTarget(runner_.config()));
+  const std::string name(options_.drafter->name());
+  if (options_.spec.k > options_.drafter->max_draft_tokens()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--spec-k ", options_.spec.k, " is more than the ", name,
+                     " drafter drafts in one step (", options_.drafter->max_draft_tokens(),
+                     "); use --spec-k ", options_.drafter->max_draft_tokens(), " or less"));
+  }
+  if (!options_.drafter->target_layers().empty() && runner_.backend() != "cpu") {
+    return absl::UnimplementedError(absl::StrCat(
+        "the ", name, " drafter reads the target's hidden states, which the ",
+        std::string(runner_.backend()), " backend does not expose yet; run with --device cpu"));
+  }
   if (!options_.drafter->deterministic()) {
     return absl::UnimplementedError(absl::StrCat(
         "the ", std::string(options_.drafter->name()),
@@ -178,14 +196,18 @@ absl::Status Generator::SpecDecodeStep(std::vector<Sequence*>& active,
     batch.items.push_back({&s->kv, s->input, /*all_logits=*/true});
   }
   BatchLogits logits;
-  DQ_RETURN_IF_ERROR(runner_.Forward(batch, &logits));
+  DQ_RETURN_IF_ERROR(
+      runner_.Forward(batch, &logits, capture_ ? capture_->Hooks() : ForwardHooks{}));
+  int64_t first_token = 0;
   for (size_t i = 0; i < active.size(); ++i) {
-    VerifyAndEmit(*active[i], logits.row(logits.item_first_row[i]), logits.vocab, on_text);
+    VerifyAndEmit(*active[i], logits.row(logits.item_first_row[i]), logits.vocab, first_token,
+                  on_text);
+    first_token += static_cast<int64_t>(batch.items[i].tokens.size());
   }
   return absl::OkStatus();
 }
 
-void Generator::VerifyAndEmit(Sequence& s, const float* rows, int vocab,
+void Generator::VerifyAndEmit(Sequence& s, const float* rows, int vocab, int64_t first_token,
                               const TextCallback& on_text) {
   const int fed = static_cast<int>(s.input.size());
   const int base = s.kv.num_tokens - fed;
@@ -202,6 +224,10 @@ void Generator::VerifyAndEmit(Sequence& s, const float* rows, int vocab,
   s.result.spec.accepted += accepted;
   if (fed > 1) s.k.Update(fed - 1, accepted);
   options_.drafter->Accept(static_cast<uint64_t>(s.index), accepted);
+  if (capture_) {
+    options_.drafter->ObserveTarget(s.index, base, accepted + 1,
+                                    capture_->Rows(first_token, accepted + 1));
+  }
 }
 
 absl::StatusOr<std::vector<GenerationResult>> Generator::Generate(
@@ -209,6 +235,12 @@ absl::StatusOr<std::vector<GenerationResult>> Generator::Generate(
   DQ_RETURN_IF_ERROR(CheckRequests(requests));
   DQ_RETURN_IF_ERROR(CheckSpeculation());
   Drafter* drafter = options_.drafter;
+  capture_.reset();
+  if (drafter != nullptr && !drafter->target_layers().empty()) {
+    const ModelConfig& c = runner_.config();
+    capture_ =
+        std::make_shared<HiddenCapture>(drafter->target_layers(), c.num_layers, c.hidden_size);
+  }
   std::vector<std::unique_ptr<Sequence>> seqs;
   for (size_t i = 0; i < requests.size(); ++i) {
     seqs.push_back(std::make_unique<Sequence>(i, requests[i], tokenizer_));
@@ -219,8 +251,9 @@ absl::StatusOr<std::vector<GenerationResult>> Generator::Generate(
   }
   absl::Status status = absl::OkStatus();
   for (auto& s : seqs) {
-    if (status.ok()) status = Prefill(*s);
+    // Begin first: Prefill hands a drafter that reads hidden states the prompt's.
     if (status.ok() && drafter != nullptr) status = drafter->Begin(s->index, s->request->prompt);
+    if (status.ok()) status = Prefill(*s);
     if (status.ok()) Emit(*s, s->next_token, on_text);
   }
   std::vector<Sequence*> active;

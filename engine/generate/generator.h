@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -15,6 +16,8 @@
 #include "engine/spec/spec_config.h"
 
 namespace dq {
+
+class HiddenCapture;
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;
@@ -77,14 +80,18 @@ class Generator {
   // its adaptive k, max_tokens and the context).
   absl::Status Propose(std::vector<Sequence*>& active);
   // Samples s's verified positions in order, emitting until a draft token is missed or s ends;
-  // then rolls s's KV back to the tokens kept.
-  void VerifyAndEmit(Sequence& s, const float* rows, int vocab, const TextCallback& on_text);
+  // then rolls s's KV back to the tokens kept and hands the drafter the kept tokens' target
+  // hidden states (when it reads them: rows from `first_token` of the captured pass).
+  void VerifyAndEmit(Sequence& s, const float* rows, int vocab, int64_t first_token,
+                     const TextCallback& on_text);
   void Emit(Sequence& s, int32_t token, const TextCallback& on_text);
 
   ModelRunner& runner_;
   const Tokenizer& tokenizer_;
   std::vector<int32_t> eos_;
   GeneratorOptions options_;
+  // The target layers a drafter reads (DFlash), captured in every target pass; null otherwise.
+  std::shared_ptr<HiddenCapture> capture_;
 };
 
 }  // namespace dq

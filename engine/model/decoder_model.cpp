@@ -143,6 +143,7 @@ absl::Status DecoderModel::Forward(const Batch& batch, KvBlockPool& pool, Thread
     AttentionBlock(layer, batch, s, pool, threads);
     if (hooks.on_layer_kv_written) hooks.on_layer_kv_written(layer);
     MlpBlock(layer, s, threads);
+    if (hooks.on_layer_output) hooks.on_layer_output(layer, s.x);
   }
   for (const BatchItem& it : batch.items) it.kv->num_tokens += static_cast<int>(it.tokens.size());
   Logits(batch, s, threads, logits);

@@ -26,7 +26,20 @@ struct ForwardHooks {
   // the transfer overlaps the rest of the forward pass. On a device backend the KV write is
   // enqueued on the device stream at that point, not yet complete.
   std::function<void(int layer)> on_layer_kv_written;
+  // Called once per layer with that layer's output (the residual stream after its MLP) for every
+  // new token of the batch, in batch order: [tokens, hidden_size] fp32 on the host. A drafter
+  // conditioned on the target's hidden states (DFlash) copies the layers it reads from here.
+  // Empty: nothing is copied (the CPU backend only; a device backend refuses it).
+  std::function<void(int layer, std::span<const float> hidden)> on_layer_output;
 };
+
+// What a backend without host hidden states answers to ForwardHooks::on_layer_output.
+inline absl::Status RefuseLayerOutputHook(const ForwardHooks& hooks) {
+  if (!hooks.on_layer_output) return absl::OkStatus();
+  return absl::UnimplementedError(
+      "this backend does not expose per-layer hidden states (needed by the dflash drafter); run "
+      "the target on the cpu backend, or use another drafter");
+}
 
 // How one batch item's next token is drawn on the device: the CPU Sampler's parameters (no
 // penalties; see Sampler::DeviceSamplable) and the uniform the item's Sampler drew on the host

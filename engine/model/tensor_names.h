@@ -10,7 +10,10 @@ namespace dq {
 // `role` is the GGUF short name ("attn_q", "ffn_down", ...); HF's is derived from it.
 class TensorNames {
  public:
-  explicit TensorNames(bool gguf) : gguf_(gguf) {}
+  // `hf_layers`: what HF layer names start with ("model.layers."; a DFlash drafter's are bare
+  // "layers.").
+  explicit TensorNames(bool gguf, std::string hf_layers = "model.layers.")
+      : gguf_(gguf), hf_layers_(std::move(hf_layers)) {}
   std::string Embedding() const {
     return gguf_ ? "token_embd.weight" : "model.embed_tokens.weight";
   }
@@ -20,6 +23,7 @@ class TensorNames {
 
  private:
   bool gguf_;
+  std::string hf_layers_;
 };
 
 inline std::string TensorNames::Layer(int layer, const std::string& role) const {
@@ -33,9 +37,9 @@ inline std::string TensorNames::Layer(int layer, const std::string& role) const 
       {"ffn_down", "mlp.down_proj"},
   };
   for (const auto& [g, hf] : kHf) {
-    if (role == g) return absl::StrCat("model.layers.", layer, ".", hf, ".weight");
+    if (role == g) return absl::StrCat(hf_layers_, layer, ".", hf, ".weight");
   }
-  return absl::StrCat("model.layers.", layer, ".", role, ".weight");
+  return absl::StrCat(hf_layers_, layer, ".", role, ".weight");
 }
 
 }  // namespace dq

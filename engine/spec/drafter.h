@@ -1,7 +1,8 @@
 // The drafter interface of speculative decoding: something cheap that guesses the next few
 // tokens of each sequence, which the target model then verifies in one forward pass. Drafters:
 // NgramDrafter (prompt lookup, no weights), SelfDrafter (the target's architecture on lower-bit
-// weights, with its own KV cache); later a DFlash block-diffusion drafter.
+// weights, with its own KV cache), DFlashDrafter (a block-diffusion drafter conditioned on the
+// target's hidden states).
 #pragma once
 
 #include <cstdint>
@@ -56,6 +57,21 @@ class Drafter {
   // The target kept the first `accepted` tokens of `sequence`'s last draft: a drafter with state
   // (its own KV cache) rolls back what it computed for the rest.
   virtual void Accept(uint64_t /*sequence*/, int /*accepted*/) {}
+
+  // The longest draft this drafter can make in one step; a caller whose k is larger refuses to
+  // start (DFlash: its block size - 1).
+  virtual int max_draft_tokens() const { return kMaxDraftTokens; }
+  static constexpr int kMaxDraftTokens = 1 << 20;
+
+  // Drafters conditioned on the target's hidden states name the target layers whose outputs
+  // they read (0-based; empty: none). The caller captures those layers in every target forward
+  // (ForwardHooks::on_layer_output) and hands over the rows of the tokens the sequence keeps.
+  virtual std::span<const int> target_layers() const { return {}; }
+  // `features`: for `count` consecutive kept tokens of `sequence` starting at position `first`
+  // (the prompt's after prefill; next_token and the accepted draft after a verify step), each
+  // token's target_layers() outputs concatenated in that order ([count, layers * hidden]).
+  virtual void ObserveTarget(uint64_t /*sequence*/, int /*first*/, int /*count*/,
+                             std::span<const float> /*features*/) {}
 };
 
 }  // namespace dq

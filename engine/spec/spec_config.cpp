@@ -25,11 +25,14 @@ absl::StatusOr<std::unique_ptr<Drafter>> CreateDrafter(std::string_view name,
         "the self drafter needs weights: create it with SelfDrafter::Create (dqserve generate: "
         "--draft-format or --draft-weights)");
   } else if (name == "dflash") {
-    return absl::UnimplementedError(
-        "the dflash drafter is not built yet; use --speculative ngram or self (or none)");
+    // It reads its own checkpoint and the target's: DFlashDrafter::Load.
+    return absl::InvalidArgumentError(
+        "the dflash drafter needs weights: create it with DFlashDrafter::Load (dqserve generate: "
+        "--speculative dflash --draft-weights DIR)");
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown drafter '", std::string(name), "'; known: ngram, self (or none to turn it off)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown drafter '", std::string(name),
+                     "'; known: ngram, self, dflash (or none to turn it off)"));
   }
   DQ_RETURN_IF_ERROR(drafter->CheckTarget(target));
   return drafter;

@@ -26,8 +26,8 @@ absl::Status Validate(const SpecConfig& config);
 
 // The weightless drafter called `name` ("ngram"), checked against `target`. "none" or "" is not
 // a drafter (the caller runs without one). Errors: unknown name (listing the known ones), a
-// drafter that does not fit the target, "self" (it needs weights: SelfDrafter::Create), one not
-// built yet ("dflash").
+// drafter that does not fit the target, "self" and "dflash" (they need weights:
+// SelfDrafter::Create, DFlashDrafter::Load).
 absl::StatusOr<std::unique_ptr<Drafter>> CreateDrafter(std::string_view name,
                                                        const ModelConfig& target);
 

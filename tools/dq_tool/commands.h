@@ -11,5 +11,6 @@ void RegisterMakeTiny(CLI::App& app, int* exit_code);
 void RegisterTokenize(CLI::App& app, int* exit_code);
 void RegisterRunModel(CLI::App& app, int* exit_code);
 void RegisterFidelity(CLI::App& app, int* exit_code);
+void RegisterDFlash(CLI::App& app, int* exit_code);
 
 }  // namespace dq::tool

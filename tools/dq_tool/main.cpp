@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   dq::tool::RegisterTokenize(app, &exit_code);
   dq::tool::RegisterRunModel(app, &exit_code);
   dq::tool::RegisterFidelity(app, &exit_code);
+  dq::tool::RegisterDFlash(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

@@ -9,6 +9,7 @@
 #include "engine/model/model_loader.h"
 #include "engine/model/model_runner.h"
 #include "engine/quant/weight_codec.h"
+#include "engine/spec/dflash_drafter.h"
 #include "engine/spec/draft_model.h"
 #include "engine/spec/self_drafter.h"
 #include "engine/spec/spec_config.h"
@@ -36,21 +37,27 @@ struct GenerateOptions {
   std::string speculative = "none";  // drafter name, or none
   SpecConfig spec;
   bool spec_fixed_k = false;
-  DraftModelOptions draft;  // --speculative self: the drafter's weights
+  DraftModelOptions draft;  // --speculative self: the drafter's weights (dflash: weights only)
   OdpFlags odp;
 };
 
 // Checks the speculation flags before any model is loaded (exit code 2 on a bad one).
 absl::Status CheckSpecFlags(const GenerateOptions& o) {
   const bool draft_flags = !o.draft.format.empty() || !o.draft.weights.empty();
-  if (draft_flags && o.speculative != "self") {
+  if (draft_flags && o.speculative != "self" && o.speculative != "dflash") {
     return absl::InvalidArgumentError(
-        "--draft-format and --draft-weights are for --speculative self");
+        "--draft-format and --draft-weights are for --speculative self (and --draft-weights for "
+        "--speculative dflash)");
   }
   if (o.speculative == "none") return absl::OkStatus();
   if (o.speculative != "ngram" && o.speculative != "self" && o.speculative != "dflash") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--speculative must be none, ngram, self or dflash, got '", o.speculative, "'"));
+  }
+  if (o.speculative == "dflash" && (o.draft.weights.empty() || !o.draft.format.empty())) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--speculative must be none, ngram or self, got '", o.speculative, "'"));
+        "--speculative dflash needs --draft-weights DIR (a DFlash drafter checkpoint made for "
+        "this model) and no --draft-format");
   }
   if (o.speculative == "self" && o.draft.format.empty() == o.draft.weights.empty()) {
     return absl::InvalidArgumentError(
@@ -150,6 +157,26 @@ absl::StatusOr<std::unique_ptr<Drafter>> MakeSelfDrafter(const GenerateOptions& 
   return std::unique_ptr<Drafter>(std::move(drafter));
 }
 
+// The DFlash drafter of --draft-weights over the decode phase's model (whose hidden states,
+// embeddings and lm_head it reads); its checkpoint goes to *checkpoint.
+absl::StatusOr<std::unique_ptr<Drafter>> MakeDFlashDrafter(
+    const GenerateOptions& o, const Model& target, std::unique_ptr<Checkpoint>* checkpoint) {
+  if (o.device != "cpu") {
+    return absl::UnimplementedError(
+        "--speculative dflash reads the target's hidden states, which only --device cpu "
+        "exposes so far");
+  }
+  DFlashDrafterOptions opts;
+  opts.threads = o.threads;
+  opts.kv_capacity = o.kv_capacity;
+  DQ_ASSIGN_OR_RETURN(
+      std::unique_ptr<DFlashDrafter> drafter,
+      DFlashDrafter::Load(o.draft.weights, *target.checkpoint, target.config, opts, checkpoint));
+  std::fprintf(stderr, "[dflash drafter: %s, %d layers, block %d]\n", o.draft.weights.c_str(),
+               drafter->config().layers.num_layers, drafter->config().block_size);
+  return std::unique_ptr<Drafter>(std::move(drafter));
+}
+
 absl::Status RunGenerate(const GenerateOptions& o) {
   if (!o.interactive && o.prompt.empty()) {
     return absl::InvalidArgumentError("give --prompt TEXT, or --interactive for a chat");
@@ -202,12 +229,21 @@ absl::Status RunGenerate(const GenerateOptions& o) {
       auto runner,
       ModelRunner::Create(PhaseWeights{pm.checkpoint.get(), &pm.config, prefill_mode},
                           PhaseWeights{dm.checkpoint.get(), &dm.config, decode_mode}, ro));
-  std::unique_ptr<Model> draft_model;  // the self drafter's weights; outlives the drafter
+  std::unique_ptr<Model> draft_model;            // the self drafter's weights; outlives the drafter
+  std::unique_ptr<Checkpoint> draft_checkpoint;  // the dflash drafter's
   std::unique_ptr<Drafter> drafter;
   if (o.speculative == "self") {
     DQ_ASSIGN_OR_RETURN(drafter, MakeSelfDrafter(o, *model, ro, &draft_model));
+  } else if (o.speculative == "dflash") {
+    DQ_ASSIGN_OR_RETURN(drafter, MakeDFlashDrafter(o, dm, &draft_checkpoint));
   } else if (o.speculative != "none") {
     DQ_ASSIGN_OR_RETURN(drafter, CreateDrafter(o.speculative, dm.config));
+  }
+  if (drafter != nullptr && o.spec.k > drafter->max_draft_tokens()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--spec-k ", o.spec.k, " is more than the ", std::string(drafter->name()),
+                     " drafter drafts in one step (", drafter->max_draft_tokens(),
+                     "); use --spec-k ", drafter->max_draft_tokens(), " or less"));
   }
   ChatSession chat(o, *model, *runner, drafter.get());
   if (!o.interactive) return chat.Turn(o.prompt).status();
@@ -250,11 +286,13 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   cmd->add_option("--kv-capacity", o->kv_capacity,
                   "KV cache tokens (default min(context, 8192); a prompt plus its answer must fit)")
       ->check(CLI::Range(0, 1 << 24));
-  cmd->add_option("--speculative", o->speculative, "drafter: none (default), ngram or self");
+  cmd->add_option("--speculative", o->speculative,
+                  "drafter: none (default), ngram, self or dflash");
   cmd->add_option("--draft-format", o->draft.format,
                   "self drafter: quantize --model's weights to this at load (int2, lut2, ...)");
   cmd->add_option("--draft-weights,--draft-model", o->draft.weights,
-                  "self drafter: a checkpoint of its own (same tokenizer as the model)");
+                  "self drafter: a checkpoint of its own (same tokenizer as the model); "
+                  "dflash: the DFlash drafter's checkpoint directory");
   cmd->add_option("--draft-group-size", o->draft.group_size,
                   "self drafter with --draft-format intN: group size 32, 64 or 128");
   cmd->add_option("--spec-k", o->spec.k, "tokens drafted per step (at most, when adaptive), 1..16");
