@@ -133,27 +133,22 @@ void FillPattern(const Side& s, const Pools& p) {
   }
 }
 
-// Copies go through `stream` (non-blocking) into pinned memory: a legacy-stream cudaMemcpy would
-// also wait for every blocking stream in the process, some of which a transport may own.
-std::string VerifyPattern(const Side& s, const Pools& p, cudaStream_t stream) {
+// Copies go through `stream` (non-blocking) into pinned `got` (run_bytes): a legacy-stream
+// cudaMemcpy would also wait for every blocking stream in the process.
+std::string VerifyPattern(const Side& s, const Pools& p, cudaStream_t stream, uint64_t* got) {
   std::vector<uint64_t> want(s.run_bytes() / 8);
-  uint64_t* got = nullptr;
-  BENCH_CUDA(cudaMallocHost(reinterpret_cast<void**>(&got), s.run_bytes()));
-  std::string verdict = "ok";
-  for (int l = 0; l < s.o.layers && verdict == "ok"; ++l) {
+  for (int l = 0; l < s.o.layers; ++l) {
     for (int t = 0; t < 2; ++t) {
       Pattern(t, l, want);
       BENCH_CUDA(cudaMemcpyAsync(got, p.t[t] + s.run_offset(l), s.run_bytes(),
                                  cudaMemcpyDeviceToHost, stream));
       BENCH_CUDA(cudaStreamSynchronize(stream));
       if (!std::equal(want.begin(), want.end(), got)) {
-        verdict = "layer " + std::to_string(l) + " tensor " + std::to_string(t) + " differs";
-        break;
+        return "layer " + std::to_string(l) + " tensor " + std::to_string(t) + " differs";
       }
     }
   }
-  cudaFreeHost(got);
-  return verdict;
+  return "ok";
 }
 
 std::unique_ptr<kvtransfer::Transport> MakeTransport(const Options& o, const std::string& kind,
@@ -207,6 +202,13 @@ int RunReceiver(const Options& o) {
   char* staging = nullptr;
   BENCH_CUDA(
       cudaHostAlloc(reinterpret_cast<void**>(&staging), s.total_bytes(), cudaHostAllocPortable));
+  // Every CUDA resource the commands need exists before the transports do: once their threads
+  // run (communicator set-up, progress), a CUDA call of this thread can wait behind them (a
+  // stream created after "ready" never returned on the GPU machine).
+  cudaStream_t stream;
+  BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  uint64_t* verify_buf = nullptr;
+  BENCH_CUDA(cudaMallocHost(reinterpret_cast<void**>(&verify_buf), s.run_bytes()));
   std::vector<std::unique_ptr<kvtransfer::Transport>> transports;
   for (const std::string& backend : Backends(o)) {
     Progress("receiver", "creating the " + backend + " transport");
@@ -234,8 +236,6 @@ int RunReceiver(const Options& o) {
   }
   WriteMessage(o.out_fd, "ready");
   Progress("receiver", "regions registered, ready");
-  cudaStream_t stream;
-  BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   for (;;) {
     std::optional<std::string> cmd = ReadMessage(o.in_fd, -1);
     if (!cmd || *cmd == "quit") break;
@@ -250,7 +250,7 @@ int RunReceiver(const Options& o) {
       WriteMessage(o.out_fd, "ok");
     } else if (*cmd == "verify") {
       Progress("receiver", "verifying");
-      const std::string verdict = VerifyPattern(s, pools, stream);
+      const std::string verdict = VerifyPattern(s, pools, stream, verify_buf);
       Progress("receiver", "verified: " + verdict);
       WriteMessage(o.out_fd, verdict);
     } else if (*cmd == "clear") {
