@@ -282,10 +282,14 @@ Receiver SpawnReceiver(const Options& o, const std::vector<std::string>& flags) 
   Receiver r;
   r.pid = fork();
   if (r.pid == 0) {
-    dup2(to[0], 3);
-    dup2(from[1], 4);
-    std::vector<std::string> args = {"/proc/self/exe", "--role", "receiver", "--in-fd", "3",
-                                     "--out-fd",       "4"};
+    // The child keeps the pipe ends under their own numbers (dup2 onto a fixed fd that is
+    // already that end is a no-op which leaves O_CLOEXEC set, and exec then closed it: the
+    // receiver lost its command pipe whenever pipe2 handed out fds 3 and 4).
+    fcntl(to[0], F_SETFD, 0);
+    fcntl(from[1], F_SETFD, 0);
+    std::vector<std::string> args = {
+        "/proc/self/exe",       "--role", "receiver", "--in-fd", std::to_string(to[0]), "--out-fd",
+        std::to_string(from[1])};
     args.insert(args.end(), flags.begin(), flags.end());
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
@@ -506,7 +510,16 @@ int RunSender(const Options& o) {
     std::fflush(stdout);
   }
   r.Command("quit");
-  waitpid(r.pid, nullptr, 0);
+  // Bounded: a receiver stuck tearing its transports down must not cost the results.
+  for (int waited_ms = 0; waitpid(r.pid, nullptr, WNOHANG) == 0; waited_ms += 50) {
+    if (waited_ms >= 20000) {
+      Progress("sender", "the receiver did not exit 20 s after quit; killing it");
+      kill(r.pid, SIGKILL);
+      waitpid(r.pid, nullptr, 0);
+      break;
+    }
+    usleep(50000);
+  }
   Progress("sender", "done");
   // NCCL's and UCX's tunables (channels, protocols, UCX_TLS) change the figures: record them.
   nlohmann::json env;
