@@ -65,7 +65,7 @@ def rms_norm(x, w, eps):
 def rope(x, positions, theta):
     """HF rotary embedding (rotate_half over dimension pairs (i, i + d/2)); x: [heads, T, d]."""
     d = x.shape[-1]
-    inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d))
     ang = positions.double()[:, None] * inv_freq[None, :]
     emb = torch.cat([ang, ang], dim=-1)
     cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
