@@ -110,19 +110,29 @@ void Generator::Emit(Sequence& s, int32_t token, const TextCallback& on_text) {
 
 absl::Status Generator::Prefill(Sequence& s) {
   const double t0 = Now();
-  const auto& prompt = s.request->prompt;
+  const std::span<const int32_t> prompt(s.request->prompt);
+  const int n = static_cast<int>(prompt.size());
   KvBlockPool& pool = runner_.kv_pool();
-  pool.extend(s.kv, static_cast<int>(prompt.size()));
-  Batch batch{Phase::kPrefill, {{&s.kv, prompt, false}}};
-  Sampler* sampler = &s.sampler;
-  DQ_RETURN_IF_ERROR(runner_.ForwardAndSample(batch, std::span<Sampler* const>(&sampler, 1),
-                                              std::span<int32_t>(&s.next_token, 1), nullptr,
-                                              capture_ ? capture_->Hooks() : ForwardHooks{}));
-  if (capture_) {
-    const int n = static_cast<int>(prompt.size());
-    options_.drafter->ObserveTarget(s.index, 0, n, capture_->Rows(0, n));
+  pool.extend(s.kv, n);
+  // Prompts longer than one pass may hold (the CUDA backend's max_batch_tokens) prefill in
+  // chunks, each attending to the KV the earlier ones cached; only the last one samples.
+  const int chunk = options_.prefill_chunk_tokens > 0 ? options_.prefill_chunk_tokens : n;
+  for (int start = 0; start < n; start += chunk) {
+    const int count = std::min(chunk, n - start);
+    Batch batch{Phase::kPrefill, {{&s.kv, prompt.subspan(start, count), false}}};
+    const ForwardHooks hooks = capture_ ? capture_->Hooks() : ForwardHooks{};
+    if (start + count < n) {
+      BatchLogits unused;
+      DQ_RETURN_IF_ERROR(runner_.Forward(batch, &unused, hooks));
+    } else {
+      Sampler* sampler = &s.sampler;
+      DQ_RETURN_IF_ERROR(runner_.ForwardAndSample(batch, std::span<Sampler* const>(&sampler, 1),
+                                                  std::span<int32_t>(&s.next_token, 1), nullptr,
+                                                  hooks));
+    }
+    if (capture_) options_.drafter->ObserveTarget(s.index, start, count, capture_->Rows(0, count));
   }
-  s.result.prompt_tokens = static_cast<int>(prompt.size());
+  s.result.prompt_tokens = n;
   s.result.prefill_seconds = Now() - t0;
   return absl::OkStatus();
 }

@@ -48,6 +48,9 @@ struct GeneratorOptions {
   // position is sampled). Null: plain decoding. Not owned; must outlive the generator.
   Drafter* drafter = nullptr;
   SpecConfig spec;
+  // Prompts longer than this prefill in chunks of it (0: one pass). The default is the CUDA
+  // backend's max_batch_tokens; chunking changes no result, only how many passes a prompt takes.
+  int prefill_chunk_tokens = 8192;
 };
 
 class Generator {

@@ -62,6 +62,26 @@ TEST_F(GeneratorTest, BatchedGreedyEqualsOneAtATime) {
   }
 }
 
+// A prompt longer than one pass prefills in chunks (each attending to the KV the earlier ones
+// cached): same tokens as one pass, for chunk sizes that split it evenly, unevenly and not at all.
+TEST_F(GeneratorTest, ChunkedPrefillEqualsOnePass) {
+  GenerationRequest req = Request("one two three four five six seven eight nine ten eleven", 9);
+  ASSERT_GT(req.prompt.size(), 6u);
+  const auto run = [&](int chunk) {
+    GeneratorOptions go;
+    go.prefill_chunk_tokens = chunk;
+    Generator g(*runner_, model_->tokenizer, model_->config.eos_token_ids, go);
+    auto r = g.Generate(std::span(&req, 1));
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? (*r)[0].tokens : std::vector<int32_t>{};
+  };
+  const std::vector<int32_t> whole = run(0);
+  ASSERT_EQ(whole.size(), 9u);
+  const int n = static_cast<int>(req.prompt.size());
+  for (int chunk : {1, 3, n / 2, n - 1, n, n + 5})
+    EXPECT_EQ(run(chunk), whole) << "chunk " << chunk;
+}
+
 TEST_F(GeneratorTest, SeededSamplingIsReproducibleAndSeedDependent) {
   GenerationRequest r = Request("Once upon a time", 16, 1.0f);
   r.params.seed = 42;
