@@ -5,7 +5,8 @@
 #      bf16 and fp8 (w8a8) prefill. Colocated = one process, one GPU (`dqserve generate
 #      --device cuda`: prefill + first token, no transfer, no HTTP); disaggregated = router +
 #      prefill worker on cuda:0 + decode worker on cuda:1 over DQ_TRANSPORT (default nccl),
-#      measured by `dq-bench serve` on the same prompts (--dataset, max_tokens 2).
+#      measured by `dq-bench serve` on the same prompts as token ids (--dataset, max_tokens 2;
+#      neither side's figure includes tokenization).
 #   2. `dq-bench serve --sweep-concurrency 1,2,4,8`: TTFT / TPOT of fp8 prefill + int4 and int2
 #      decode, and of bf16 prefill + bf16 decode, at 1K-token prompts and 128 output tokens.
 # (A decode worker killed under load: tests/gpu/serve_faults_gpu.py.)
@@ -145,8 +146,11 @@ for pf in bf16 fp8; do
   start_up "disagg_$pf" "$pf" "$df" || continue
   log "disaggregated TTFT, $pf prefill on $dev0, $df decode on $dev1, $transport"
   for n in $lengths; do
-    python3 -c 'import json,sys; p=open(sys.argv[1]).read(); print(json.dumps({"prompt": p, "max_tokens": 2}))' \
-      "$work/prompt_$n.txt" >"$work/ds_$n.jsonl"
+    # Token ids (the completions API's list form), as the colocated run's prefill time excludes
+    # tokenization too.
+    "$bin/dq-tool" tokenize --model "$work/bf16" --file "$work/prompt_$n.txt" |
+      python3 -c 'import json,sys; print(json.dumps({"prompt": json.load(sys.stdin), "max_tokens": 2}))' \
+        >"$work/ds_$n.jsonl"
     bench "ttft_disagg_${pf}_$n" --dataset "$work/ds_$n.jsonl" --concurrency 1 --num-requests 3 \
       --warmup 1 --no-calibrate
   done

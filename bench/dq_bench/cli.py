@@ -178,6 +178,9 @@ def cmd_serve(args):
     input_dist = LengthDist(args.input_len_dist, args.input_len, "--input-len")
     output_dist = LengthDist(args.output_len_dist, args.output_len, "--output-len")
     dataset = DatasetWorkload(args.dataset, output_dist, args.seed) if args.dataset else None
+    if dataset is not None and chat and any(not isinstance(p, str) for p, _ in dataset.items):
+        raise BenchError(f"--dataset {args.dataset}: token-id prompts need the completions API "
+                         f"(drop --chat)")
     key = os.environ.get(args.api_key_env) if args.api_key_env else None
     ep = Endpoint(args.endpoint, api_key=key, timeout=args.timeout)
 

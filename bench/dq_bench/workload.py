@@ -201,10 +201,14 @@ def load_dataset(path):
                 j = json.loads(line)
             except ValueError:
                 raise BenchError(f"{path}:{n}: malformed JSON line") from None
-            if not isinstance(j, dict) or not isinstance(j.get("prompt"), str) or \
-                    not j["prompt"]:
-                raise BenchError(f"{path}:{n}: want an object with a non-empty string "
-                                 f"\"prompt\"")
+            prompt = j.get("prompt") if isinstance(j, dict) else None
+            # Text, or token ids (the completions API's list form: no tokenization on the
+            # server, so TTFT compares with an in-process prefill).
+            ids = isinstance(prompt, list) and all(
+                isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt)
+            if not prompt or not (isinstance(prompt, str) or ids):
+                raise BenchError(f"{path}:{n}: want an object with a non-empty \"prompt\" "
+                                 f"(a string, or a list of token ids)")
             mt = j.get("max_tokens")
             if mt is not None and (not isinstance(mt, int) or isinstance(mt, bool) or mt < 1):
                 raise BenchError(f"{path}:{n}: \"max_tokens\" must be a positive integer")

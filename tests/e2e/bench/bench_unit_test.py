@@ -94,10 +94,14 @@ class WorkloadTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             p = os.path.join(d, "ds.jsonl")
             with open(p, "w") as f:
-                f.write('{"prompt": "a b", "max_tokens": 3}\n\n{"prompt": "c"}\n')
-            self.assertEqual(load_dataset(p), [("a b", 3), ("c", None)])
+                f.write('{"prompt": "a b", "max_tokens": 3}\n\n{"prompt": "c"}\n'
+                        '{"prompt": [5, 0, 17], "max_tokens": 2}\n')
+            self.assertEqual(load_dataset(p), [("a b", 3), ("c", None), ([5, 0, 17], 2)])
             for text, msg in (('{"prompt": "a"}\n{"prompt": \n', ":2: malformed JSON"),
                               ('{"text": "a"}\n', ":1: want an object"),
+                              ('{"prompt": []}\n', ":1: want an object"),
+                              ('{"prompt": [1, "x"]}\n', ":1: want an object"),
+                              ('{"prompt": [1, -2]}\n', ":1: want an object"),
                               ('{"prompt": "a", "max_tokens": 0}\n', ":1: \"max_tokens\""),
                               ("\n", "no prompts")):
                 with open(p, "w") as f:
