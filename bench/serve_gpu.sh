@@ -11,7 +11,8 @@
 #      decode, and of bf16 prefill + bf16 decode, at 1K-token prompts and 128 output tokens.
 # (A decode worker killed under load: tests/gpu/serve_faults_gpu.py.)
 # Results: $OUT/serve_gpu.json (+ every dq-bench JSON and log). DQ_DRY=1 runs the same steps on a
-# tiny model on the CPU (a harness check; the figures mean nothing).
+# tiny model on the CPU (a harness check; the figures mean nothing). DQ_TTFT_ONLY=1: step 1 only
+# (no int2 checkpoint, no sweeps).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=${DQ_BIN:-build/release-cuda/bin}
@@ -40,7 +41,10 @@ if [ ! -f "$work/bf16/model.safetensors" ]; then
     --tokenizer tests/golden/tokenizer/qwen-style/tokenizer.json \
     --chat-template tests/golden/chat/qwen3_template.jinja >/dev/null || exit 1
 fi
-for f in fp8:fp8 int4:int4 int2:int2; do
+ttft_only=${DQ_TTFT_ONLY:-0}
+formats="fp8:fp8 int4:int4 int2:int2"
+[ "$ttft_only" = 1 ] && formats="fp8:fp8 int4:int4"
+for f in $formats; do
   name=${f%%:*} fmt=${f##*:} gs=""
   [ "$fmt" = int4 ] && gs="--group-size 128"
   [ "$fmt" = int2 ] && gs="--group-size 64"
@@ -154,6 +158,10 @@ for pf in bf16 fp8; do
     bench "ttft_disagg_${pf}_$n" --dataset "$work/ds_$n.jsonl" --concurrency 1 --num-requests 3 \
       --warmup 1 --no-calibrate
   done
+  if [ "$ttft_only" = 1 ]; then
+    stop_up
+    continue
+  fi
   log "sweep $sweep, $pf prefill + $df decode"
   bench "sweep_${pf}_$df" --sweep-concurrency "$sweep" --num-requests "$sweep_n" \
     --input-len "$in_len" --output-len "$out_len" --warmup 2
