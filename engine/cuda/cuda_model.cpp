@@ -134,6 +134,17 @@ int64_t LayerBytes(const CudaDecoderModel::Layer& l) {
   return Bytes(l.qkv) + Bytes(l.gate_up) + l.o.device_bytes() + l.down.device_bytes();
 }
 
+void CountLinears(const CudaDecoderModel::Layer& l, CudaModelStats& stats) {
+  auto count = [&](const DeviceLinear& d) {
+    ++stats.layer_linears;
+    stats.act_quantized_linears += QuantizesActivations(d.kind);
+  };
+  for (const DeviceLinear& d : l.qkv) count(d);
+  for (const DeviceLinear& d : l.gate_up) count(d);
+  count(l.o);
+  count(l.down);
+}
+
 }  // namespace
 
 absl::Status CudaDecoderModel::Upload(const DecoderModel& cpu,
@@ -148,6 +159,7 @@ absl::Status CudaDecoderModel::Upload(const DecoderModel& cpu,
     DQ_ASSIGN_OR_RETURN(Layer l, UploadLayer(lw, config_.qk_norm));
     stats_.fused_qkv_layers += l.qkv.size() == 1;
     stats_.fused_gate_up_layers += l.gate_up.size() == 1;
+    CountLinears(l, stats_);
     if (streamer_) {
       DQ_RETURN_IF_ERROR(streamer_->AddLayer(l));
     } else {
@@ -273,9 +285,10 @@ absl::StatusOr<std::unique_ptr<CudaDecoderModel>> CudaDecoderModel::Create(
   }
   spdlog::info(
       "cuda model: {:.1f} MiB of weights, {:.1f} MiB of KV cache, fused qkv in {}/{} "
-      "layers, gate|up in {}/{}",
+      "layers, gate|up in {}/{}, activations quantized in {}/{} layer linears",
       m->stats_.weight_bytes / 1048576.0, m->stats_.kv_cache_bytes / 1048576.0,
-      m->stats_.fused_qkv_layers, cc.num_layers, m->stats_.fused_gate_up_layers, cc.num_layers);
+      m->stats_.fused_qkv_layers, cc.num_layers, m->stats_.fused_gate_up_layers, cc.num_layers,
+      m->stats_.act_quantized_linears, m->stats_.layer_linears);
   if (m->streamer_) {
     spdlog::info(
         "cuda model: layers streamed ({:.1f} MiB per pass) through {} slots of {:.1f} MiB; "

@@ -57,6 +57,11 @@ struct CudaModelStats {
   int64_t kv_cache_bytes = 0;
   int fused_qkv_layers = 0;
   int fused_gate_up_layers = 0;
+  // The layers' device linears (a fused qkv or gate|up counts once), and those of them that
+  // quantize their activations (W8A8 / W4A4): all of them when the phase computes in such a
+  // mode (tests check the compute mode reached every layer).
+  int layer_linears = 0;
+  int act_quantized_linears = 0;
 };
 
 // Device sampling's per-row inputs and outputs (parameters, uniforms, token ids): one device

@@ -44,6 +44,10 @@
 namespace dq::cuda {
 
 enum class LinearKind { kBf16, kFp8, kNvfp4W4A4, kNvfp4W4A4Native, kWeightOnly };
+// Whether a linear of this kind quantizes its input activations (fp8 W8A8, nvfp4 W4A4).
+inline bool QuantizesActivations(LinearKind k) {
+  return k == LinearKind::kFp8 || k == LinearKind::kNvfp4W4A4 || k == LinearKind::kNvfp4W4A4Native;
+}
 
 // Owned by the model; immutable after UploadLinear.
 struct DeviceLinear {

@@ -35,6 +35,9 @@ struct Job {
   std::vector<SafetensorsEntry> entries;
   std::set<std::string> consumed;
   ActAmax act_amax;
+  // The group size the codec wrote (nvfp4: always 16, fp8: 0, intN: the effective group), which
+  // config.json records: options.group_size is only a request, which fixed-block schemes ignore.
+  int group_size = 0;
 };
 
 absl::StatusOr<std::vector<float>> ReadF32(Job& job, const std::string& name) {
@@ -117,6 +120,7 @@ absl::Status QuantizeLayer(Job& job, int layer) {
     auto q = job.codec->Quantize(w[s.role].data(), sh[0], sh[1], qo);
     if (!q.ok())
       return absl::Status(q.status().code(), base + ": " + std::string(q.status().message()));
+    job.group_size = q->view.group_size;
     auto it = job.act_amax.find({layer, s.input});
     AddQuantized(job, base, *q, it == job.act_amax.end() ? 0.0f : it->second);
   }
@@ -182,7 +186,7 @@ absl::Status WriteOutputs(Job& job, const std::string& out_dir) {
     QuantConfig q;
     q.method = "dqserve";
     q.scheme = std::string(job.codec->scheme());
-    q.group_size = job.opt.group_size;
+    q.group_size = job.group_size;
     config["quantization_config"] = q.ToJson();
   }
   std::ofstream(fs::path(out_dir) / "config.json") << config.dump(2) << "\n";

@@ -57,6 +57,17 @@ void MakeRunners(const PhaseWeights& prefill, const PhaseWeights& decode, Runner
   out->gpu = std::move(*gpu);
 }
 
+// Whether every layer linear of `phase`'s CUDA model quantizes its activations (or none does):
+// the compute mode reached the device upload. The logits cannot show it (model_compare.h).
+void ExpectActivationsQuantized(const ModelRunner& gpu, Phase phase, bool quantized) {
+  const cuda::CudaModelStats& s =
+      dynamic_cast<const cuda::CudaDecoderModel&>(gpu.forward_model(phase)).stats();
+  EXPECT_GT(s.layer_linears, 0);
+  EXPECT_EQ(s.act_quantized_linears, quantized ? s.layer_linears : 0)
+      << (phase == Phase::kPrefill ? "prefill" : "decode") << " model: activations quantized in "
+      << s.act_quantized_linears << " of " << s.layer_linears << " layer linears";
+}
+
 // The CPU backend on the same weights, every phase in weight-only compute.
 std::unique_ptr<ModelRunner> WeightOnlyCpuRunner(PhaseWeights prefill, PhaseWeights decode) {
   prefill.mode = decode.mode = ComputeMode::kWeightOnly;
@@ -85,16 +96,18 @@ TEST_P(ComputeModeOnGpu, LogitsMatchTheCpuBackendInTheSameMode) {
   if (HasFatalFailure()) return;
   const uint64_t seed = gpu_test::FreshSeed();
   const std::vector<int32_t> prompt = gpu_test::MixedPrompt(m, seed);
-  PhaseComparison cmp, effect;
+  ExpectActivationsQuantized(*r.gpu, Phase::kPrefill, true);
+  PhaseComparison cmp, cpu_effect, gpu_effect;
   gpu_test::RunBothAndCompare(*r.cpu, *r.gpu, prompt, 8, &cmp);
   if (HasFatalFailure()) return;
-  // The yardstick: how far this mode's activation quantization moves the CPU's logits.
+  // The yardstick: how far this mode's activation quantization moves each backend's logits.
   std::unique_ptr<ModelRunner> cpu_wo = WeightOnlyCpuRunner(w, w);
   ASSERT_NE(cpu_wo, nullptr);
-  gpu_test::RunBothAndCompare(*r.cpu, *cpu_wo, prompt, 8, &effect);
+  gpu_test::RunBothAndCompare(*cpu_wo, *r.cpu, prompt, 8, &cpu_effect);
+  gpu_test::RunBothAndCompare(*cpu_wo, *r.gpu, prompt, 8, &gpu_effect);
   if (HasFatalFailure()) return;
-  const gpu_test::Comparison mode_effect = gpu_test::Merged(effect);
-  gpu_test::ExpectCloseQuantized(c.name, seed, gpu_test::Merged(cmp), &mode_effect);
+  const gpu_test::ModeEffect effect{gpu_test::Merged(cpu_effect), gpu_test::Merged(gpu_effect)};
+  gpu_test::ExpectCloseQuantized(c.name, seed, gpu_test::Merged(cmp), &effect);
 }
 
 std::vector<ModeCase> Cases() {
@@ -133,15 +146,19 @@ TEST_P(MixedPhasesOnGpu, Fp8PrefillInt4DecodeMatchTheCpuBackend) {
   if (HasFatalFailure()) return;
   const uint64_t seed = gpu_test::FreshSeed();
   const std::vector<int32_t> prompt = gpu_test::MixedPrompt(**fp8, seed);
-  PhaseComparison cmp, effect;
+  ExpectActivationsQuantized(*r.gpu, Phase::kPrefill, true);
+  ExpectActivationsQuantized(*r.gpu, Phase::kDecode, false);
+  PhaseComparison cmp, cpu_effect, gpu_effect;
   gpu_test::RunBothAndCompare(*r.cpu, *r.gpu, prompt, 8, &cmp);
   if (HasFatalFailure()) return;
   std::unique_ptr<ModelRunner> cpu_wo = WeightOnlyCpuRunner(prefill, decode);
   ASSERT_NE(cpu_wo, nullptr);
-  gpu_test::RunBothAndCompare(*r.cpu, *cpu_wo, prompt, 8, &effect);
+  gpu_test::RunBothAndCompare(*cpu_wo, *r.cpu, prompt, 8, &cpu_effect);
+  gpu_test::RunBothAndCompare(*cpu_wo, *r.gpu, prompt, 8, &gpu_effect);
   if (HasFatalFailure()) return;
+  const gpu_test::ModeEffect effect{cpu_effect.prefill, gpu_effect.prefill};
   gpu_test::ExpectCloseQuantized(GetParam() + "_mixed_prefill_fp8_w8a8", seed, cmp.prefill,
-                                 &effect.prefill);
+                                 &effect);
   // The int4 decode steps compute in weight-only mode but read the KV cache the W8A8 prefill
   // wrote (which differs between the backends as the prefill's logits do): judged like a
   // quantized mode, without the yardstick (theirs mixes in the decode's own bf16 noise).

@@ -31,6 +31,7 @@ namespace {
 struct GraphCase {
   std::string model;   // "tiny_qwen3" or "smollm2"
   std::string format;  // empty: as stored; else quantized here to this scheme
+  int group_size;      // intN's group; 0: the scheme's own (fp8 per channel, nvfp4 blocks of 16)
   ComputeMode mode;
   std::string name;
 };
@@ -81,7 +82,7 @@ TEST_P(DecodeGraph, ReplayEqualsEagerStepBitwise) {
   gpu_test::ScratchDir dir;
   std::unique_ptr<Model> quantized;
   if (!c.format.empty()) {
-    auto q = gpu_test::QuantizedCopy(**source, dir.path(), c.format, c.format, 64);
+    auto q = gpu_test::QuantizedCopy(**source, dir.path(), c.format, c.format, c.group_size);
     ASSERT_TRUE(q.ok()) << q.status();
     quantized = std::move(*q);
   }
@@ -136,11 +137,12 @@ TEST_P(DecodeGraph, ReplayEqualsEagerStepBitwise) {
 
 INSTANTIATE_TEST_SUITE_P(
     Models, DecodeGraph,
-    ::testing::Values(GraphCase{"tiny_qwen3", "", ComputeMode::kWeightOnly, "tiny_qwen3"},
-                      GraphCase{"tiny_qwen3", "int4", ComputeMode::kWeightOnly, "tiny_qwen3_int4"},
-                      GraphCase{"tiny_qwen3", "fp8", ComputeMode::kW8A8, "tiny_qwen3_fp8_w8a8"},
-                      GraphCase{"tiny_qwen3", "nvfp4", ComputeMode::kW4A4, "tiny_qwen3_nvfp4_w4a4"},
-                      GraphCase{"smollm2", "", ComputeMode::kWeightOnly, "smollm2"}),
+    ::testing::Values(
+        GraphCase{"tiny_qwen3", "", 0, ComputeMode::kWeightOnly, "tiny_qwen3"},
+        GraphCase{"tiny_qwen3", "int4", 64, ComputeMode::kWeightOnly, "tiny_qwen3_int4"},
+        GraphCase{"tiny_qwen3", "fp8", 0, ComputeMode::kW8A8, "tiny_qwen3_fp8_w8a8"},
+        GraphCase{"tiny_qwen3", "nvfp4", 0, ComputeMode::kW4A4, "tiny_qwen3_nvfp4_w4a4"},
+        GraphCase{"smollm2", "", 0, ComputeMode::kWeightOnly, "smollm2"}),
     [](const auto& info) { return info.param.name; });
 
 // The premise of "a captured step does no host synchronisation": under the model's capture mode

@@ -108,31 +108,54 @@ inline void ExpectClose(const std::string& label, uint64_t seed, const Compariso
   EXPECT_LT(c.max_abs_diff, 0.05 * c.max_abs_logit + 0.5) << label;
 }
 
-// Quantized activations (W8A8, W4A4): the GPU quantizes its bf16 activations, the CPU its fp32
-// ones, so an activation near a rounding boundary of the (coarse) code can land on the
-// neighbouring code: the logits differ by more than in weight-only compute, in proportion to
-// the mode's own quantization noise. Judged: (1) the GPU follows the CPU's activation
-// quantization: the rms |Δlogit| is well below `mode_effect`'s (the CPU in this mode against
-// the CPU in weight-only compute on the same checkpoint, when given), which a GPU that skipped
-// or misplaced it would reach; (2) top-1 identical wherever the CPU's top-2 gap exceeds 8x that
-// rms (errors of a few rms move no top-1), at least 0.2; (3) |Δlogit| within 15% of the largest
-// logit plus 0.5 (gross errors: a wrong scale or layout moves logits by their own size).
+// How far a quantized-activation mode moves the logits, each backend against the CPU in
+// weight-only compute on the same checkpoint and prompt.
+struct ModeEffect {
+  Comparison cpu;  // the CPU in this mode
+  Comparison gpu;  // the GPU in this mode
+};
+
+// Quantized activations (W8A8, W4A4). The GPU quantizes bf16 activations, the CPU fp32 ones: on
+// the tiny Qwen3 in fp8, 2.0-2.4% of each linear input's E4M3 codes land on the neighbouring
+// code, and those moves alone carry 0.45x the rms of the quantization noise itself; every later
+// linear then sees inputs that already differ, so within a layer or two the GPU's quantization
+// noise is as unrelated to the CPU's as to no quantization at all. The CPU with every linear
+// input rounded to bf16 before quantizing (the GPU's one difference) is as far from the plain
+// CPU as the mode effect (rms 0.97-1.06x of it on the 2-layer tiny Qwen3, 1.19-1.70x on the
+// 30-layer SmolLM2, max |Δlogit| up to 15.6 there), which the H200 measured too (0.99-1.04x):
+// whole-model logits cannot show that the GPU rounds like the CPU (the op tests do, bit for bit
+// or to the ulp), only that its mode has the CPU's effect. Judged with `effect`: (1) the GPU's
+// mode effect is the CPU's in size, rms 0.6x-1.6x (the bf16-input CPU: 0.83-1.16x; a GPU that
+// skipped the activation quantization sits at its weight-only noise, 0.07-0.10x; a coarser or
+// wrong scale moves logits further); (2) GPU vs CPU in this mode: rms below 2.5x the mode
+// effect's and max |Δlogit| below 3x its max plus 0.5 (two unrelated noises of that size:
+// 1.4x; the bf16-input CPU: up to 1.7x both). Without `effect` (a weight-only phase reading a
+// quantized phase's KV cache): |Δlogit| within 15% of the largest logit plus 0.5. Both: top-1
+// identical wherever the CPU's top-2 gap exceeds 8x the rms |Δlogit|, at least 0.2.
 inline void ExpectCloseQuantized(const std::string& label, uint64_t seed, const Comparison& c,
-                                 const Comparison* mode_effect) {
+                                 const ModeEffect* effect) {
   const double tie = std::max(kTieMargin, 8 * c.rms_diff());
   const Top1 t = CountTop1(c, tie);
   Print(label, seed, c, t, tie);
   EXPECT_GT(c.rows.size(), 0u) << label;
   EXPECT_EQ(t.disagree, 0) << label;
-  EXPECT_LT(c.max_abs_diff, 0.15 * c.max_abs_logit + 0.5) << label;
-  if (mode_effect != nullptr) {
-    std::printf(
-        "[%s] mode effect (CPU in this mode vs CPU weight-only): max |dlogit| %.4f, rms "
-        "%.4f; GPU/CPU rms over it: %.2f\n",
-        label.c_str(), mode_effect->max_abs_diff, mode_effect->rms_diff(),
-        c.rms_diff() / std::max(mode_effect->rms_diff(), 1e-30));
-    EXPECT_LT(c.rms_diff(), 0.7 * mode_effect->rms_diff()) << label;
+  if (effect == nullptr) {
+    EXPECT_LT(c.max_abs_diff, 0.15 * c.max_abs_logit + 0.5) << label;
+    return;
   }
+  const double cpu_rms = std::max(effect->cpu.rms_diff(), 1e-30);
+  const double own = effect->gpu.rms_diff() / cpu_rms;
+  std::printf(
+      "[%s] mode effect (this mode vs CPU weight-only): CPU rms %.4f (max %.4f), GPU rms %.4f "
+      "(max %.4f): GPU/CPU %.2f; GPU vs CPU in this mode over the CPU's mode effect: rms %.2f, "
+      "max %.2f\n",
+      label.c_str(), effect->cpu.rms_diff(), effect->cpu.max_abs_diff, effect->gpu.rms_diff(),
+      effect->gpu.max_abs_diff, own, c.rms_diff() / cpu_rms,
+      c.max_abs_diff / std::max(effect->cpu.max_abs_diff, 1e-30));
+  EXPECT_GT(own, 0.6) << label << ": the GPU's logits barely move in this mode";
+  EXPECT_LT(own, 1.6) << label << ": this mode moves the GPU's logits too far";
+  EXPECT_LT(c.rms_diff(), 2.5 * effect->cpu.rms_diff()) << label;
+  EXPECT_LT(c.max_abs_diff, 3 * effect->cpu.max_abs_diff + 0.5) << label;
 }
 
 // "tiny_qwen3" (run.sh makes it; $DQ_TINY_QWEN3) or "smollm2" (the Q4_1 GGUF; $DQ_SMOLLM2).
