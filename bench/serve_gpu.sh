@@ -30,6 +30,13 @@ else
   in_len=1024
 fi
 log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$out/serve_gpu.log"; }
+# DQ_TRANSPORT=ucx: the workers load the UCX with CUDA that bench/pack_ucx_libs.sh packed (its
+# cuda_ipc moves KV with the copy engines, no SMs taken from the prefill), as bench/kv_gpu.sh does.
+if [ "$transport" = ucx ] && [ -f "${UCX_ENV:-.gpu/ucx-cu13/env.sh}" ]; then
+  # shellcheck disable=SC1090
+  source "${UCX_ENV:-.gpu/ucx-cu13/env.sh}"
+  log "UCX from ${UCX_ENV:-.gpu/ucx-cu13/env.sh} (UCX_TLS=$UCX_TLS)"
+fi
 for b in dqserve dq-router dq-prefill dq-decode dq-tool dq-quantize; do
   [ -x "$bin/$b" ] || { log "FAIL: $bin/$b missing"; exit 1; }
 done
