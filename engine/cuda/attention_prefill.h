@@ -1,9 +1,12 @@
 // Causal prefill attention over a variable-length batch, flash-attention style: per block, a
-// tile of 128 query rows of one head streams 64-key tiles of K and V from the paged cache
-// (bf16 mma.sync m16n8k16, fp32 accumulators, online softmax in fp32). Sequence s has new
-// tokens [cu_seqlens[s], cu_seqlens[s+1]) at positions prefix_lens[s] + i, and their K/V are
-// already in the cache (QkNormRopeForward writes them), so chunked prefill attends to the
-// cached prefix through the same block table: query position p attends to [0, p]. GQA: query
+// tile of 128 query rows of one head streams tiles of K and V from the paged cache (bf16 tensor
+// cores, fp32 accumulators, online softmax in fp32). On Hopper the default is two wgmma
+// warpgroups of 64 rows taking turns over 64-key tiles (attention_prefill.cu, "wg64pp"); the
+// warp-specialized kernels of attention_prefill_ws.cu and the mma.sync kernel are selectable with
+// DQ_PREFILL_KERNEL for tuning (H200 timings: bench/results/gpu_attention_timing_h200.json).
+// Sequence s has new tokens [cu_seqlens[s], cu_seqlens[s+1]) at positions prefix_lens[s] + i, and
+// their K/V are already in the cache (QkNormRopeForward writes them), so chunked prefill attends to
+// the cached prefix through the same block table: query position p attends to [0, p]. GQA: query
 // head h reads KV head h / (num_heads / num_kv_heads). Output bf16 [tokens, num_heads, hd].
 #pragma once
 
