@@ -99,28 +99,24 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The E2M1 value nearest to v (ties to the even mantissa bit, saturating at 6), as the CPU's
-// FloatToE2M1 thresholds give it; the sign follows v.
+// Index 0..7 of the E2M1 magnitude nearest to a = |v| (values 0, .5, 1, 1.5, 2, 3, 4, 6; ties to
+// the even mantissa bit, saturating), as the CPU's FloatToE2M1 thresholds give it; NaN -> 7.
+__device__ __forceinline__ uint32_t E2M1Index(float a) {
+  if (a <= 0.25f) return 0;
+  if (a < 0.75f) return 1;
+  if (a <= 1.25f) return 2;
+  if (a < 1.75f) return 3;
+  if (a <= 2.5f) return 4;
+  if (a < 3.5f) return 5;
+  if (a <= 5.0f) return 6;
+  return 7;
+}
+
+// The E2M1 value nearest to v; the sign follows v.
 __device__ __forceinline__ float E2M1Round(float v) {
-  const float a = fabsf(v);
-  float r;
-  if (a <= 0.25f) {
-    r = 0.0f;
-  } else if (a < 0.75f) {
-    r = 0.5f;
-  } else if (a <= 1.25f) {
-    r = 1.0f;
-  } else if (a < 1.75f) {
-    r = 1.5f;
-  } else if (a <= 2.5f) {
-    r = 2.0f;
-  } else if (a < 3.5f) {
-    r = 3.0f;
-  } else if (a <= 5.0f) {
-    r = 4.0f;
-  } else {
-    r = 6.0f;
-  }
+  const uint32_t i = E2M1Index(fabsf(v));
+  const float r =
+      i < 4 ? 0.5f * static_cast<float>(i) : (i == 7 ? 6.0f : static_cast<float>(i - 2));
   return copysignf(r, v);
 }
 
@@ -190,26 +186,7 @@ __global__ void __launch_bounds__(kThreads)
 // sign bit from v's (so -0 and small negatives give 8), NaN -> 0.
 __device__ __forceinline__ uint32_t E2M1Code(float v) {
   if (isnan(v)) return 0u;
-  const float a = fabsf(v);
-  uint32_t c;
-  if (a <= 0.25f) {
-    c = 0;
-  } else if (a < 0.75f) {
-    c = 1;
-  } else if (a <= 1.25f) {
-    c = 2;
-  } else if (a < 1.75f) {
-    c = 3;
-  } else if (a <= 2.5f) {
-    c = 4;
-  } else if (a < 3.5f) {
-    c = 5;
-  } else if (a <= 5.0f) {
-    c = 6;
-  } else {
-    c = 7;
-  }
-  return c | (signbit(v) ? 8u : 0u);
+  return E2M1Index(fabsf(v)) | (signbit(v) ? 8u : 0u);
 }
 
 // One NVFP4 block of 16 values under global scale g, in stored form: 8 bytes of nibbles

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "engine/cuda/attention_decode.h"
+#include "engine/cuda/attention_tile.cuh"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/kernel_util.cuh"
 
@@ -36,18 +37,10 @@ Workspace Carve(void* base, int seqs, int heads, int head_dim, int splits) {
   return {f, f + states * head_dim, f + states * head_dim + states};
 }
 
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n"); }
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
+using attn::CpAsync16;
+using attn::CpAsyncCommit;
+using attn::CpAsyncWait;
+using attn::SmemAddr;
 __device__ __forceinline__ void Ldsm4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])

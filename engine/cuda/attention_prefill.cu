@@ -244,22 +244,8 @@ __device__ __forceinline__ void LoadKvTileSwz(uint32_t k_dst, uint32_t v_dst, co
   }
 }
 
-template <int kN>
-__device__ __forceinline__ void WgmmaSS(float (&d)[kN / 2], uint64_t a, uint64_t b, int acc) {
-  if constexpr (kN == 64) {
-    wgmma::WgmmaSS_N64(d, a, b, acc);
-  } else {
-    wgmma::WgmmaSS_N128(d, a, b, acc);
-  }
-}
-template <int kN>
-__device__ __forceinline__ void WgmmaRS(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t b) {
-  if constexpr (kN == 64) {
-    wgmma::WgmmaRS_N64(d, a, b);
-  } else {
-    wgmma::WgmmaRS_N128(d, a, b);
-  }
-}
+using wgmma::WgmmaRS;
+using wgmma::WgmmaSS;
 
 template <int kHeadDim, int kBlockN>
 constexpr int WgSmemBytes() {

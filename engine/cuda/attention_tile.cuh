@@ -1,5 +1,5 @@
-// Device helpers shared by the prefill attention kernels (attention_prefill.cu,
-// attention_prefill_ws.cu): cp.async, the 128-byte-swizzled tile layout wgmma reads, slots in the
+// Device helpers shared by the attention kernels (attention_prefill.cu, attention_prefill_ws.cu,
+// attention_decode.cu): cp.async, the 128-byte-swizzled tile layout wgmma reads, slots in the
 // paged cache, bf16 packing.
 #pragma once
 

@@ -115,4 +115,26 @@ __device__ __forceinline__ void WgmmaRS_N128(float (&d)[64], const uint32_t (&a)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
 }
 
+// The one place a tile width becomes the instruction: D[64 x kN] (+)= A * B, both from shared
+// memory.
+template <int kN>
+__device__ __forceinline__ void WgmmaSS(float (&d)[kN / 2], uint64_t a, uint64_t b, int acc) {
+  static_assert(kN == 64 || kN == 128, "wgmma tiles are 64 or 128 wide here");
+  if constexpr (kN == 64) {
+    WgmmaSS_N64(d, a, b, acc);
+  } else {
+    WgmmaSS_N128(d, a, b, acc);
+  }
+}
+// ... and D[64 x kN] += A (registers) * B (shared memory, N-major).
+template <int kN>
+__device__ __forceinline__ void WgmmaRS(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t b) {
+  static_assert(kN == 64 || kN == 128, "wgmma tiles are 64 or 128 wide here");
+  if constexpr (kN == 64) {
+    WgmmaRS_N64(d, a, b);
+  } else {
+    WgmmaRS_N128(d, a, b);
+  }
+}
+
 }  // namespace dq::cuda::wgmma
