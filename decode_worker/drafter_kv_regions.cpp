@@ -1,8 +1,8 @@
 #include "decode_worker/drafter_kv_regions.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/logging.h"
 #include "decode_worker/kv_lease_table.h"
+#include "decode_worker/lease_regions.h"
 #include "decode_worker/lease_staging.h"
 
 namespace dq::decode {
@@ -10,7 +10,8 @@ namespace v1 = dqserve::v1;
 
 DrafterKvRegions::~DrafterKvRegions() {
   std::lock_guard lock(mu_);
-  for (const auto& [lease, entry] : by_lease_) ReleaseAll(entry.ids);
+  for (const auto& [lease, entry] : by_lease_)
+    ReleaseRegionIds(transport_, entry.ids, "drafter KV");
   by_lease_.clear();
 }
 
@@ -37,28 +38,16 @@ absl::StatusOr<v1::DrafterKvLease> DrafterKvRegions::Register(const std::string&
   v1::BlockRun* run = out.add_blocks();
   run->set_start_block(0);
   run->set_count(blocks);
-  v1::KvEndpoint* endpoint = out.mutable_endpoint();
-  endpoint->set_transport(std::string(transport_.name()));
-  endpoint->set_address(transport_.address());
-  for (const StagedRegion& s : plan.regions) {
-    auto handle = transport_.RegisterRegion(entry.kv->buffer->data() + s.host_offset, s.bytes);
-    if (!handle.ok()) {
-      ReleaseAll(entry.ids);
-      return absl::Status(handle.status().code(),
-                          absl::StrCat("registering lease ", lease_id,
-                                       "'s drafter KV: ", handle.status().message()));
-    }
-    entry.ids.push_back(handle->id);
-    v1::KvRemoteRegion* r = endpoint->add_regions();
-    r->set_tensor(s.tensor == worker::kKeys ? v1::KV_TENSOR_KEY : v1::KV_TENSOR_VALUE);
-    r->set_first_layer(s.layer);
-    r->set_num_layers(1);
-    r->set_layer_stride_bytes(plan.host_layer_stride);
-    r->set_block_bytes(cache.block_bytes);
-    r->set_region_descriptor(std::move(handle->descriptor));
-    r->set_first_block(s.run.start);
-    r->set_num_blocks(s.run.count);
+  auto ids = RegisterPlanRegions(
+      transport_, plan, cache, plan.host_layer_stride,
+      [&](const StagedRegion& s) { return entry.kv->buffer->data() + s.host_offset; },
+      out.mutable_endpoint());
+  if (!ids.ok()) {
+    return absl::Status(
+        ids.status().code(),
+        absl::StrCat("registering lease ", lease_id, "'s drafter KV: ", ids.status().message()));
   }
+  entry.ids = std::move(*ids);
   std::lock_guard lock(mu_);
   Entry& slot = by_lease_[lease_id];
   slot.ids.insert(slot.ids.end(), entry.ids.begin(), entry.ids.end());
@@ -81,7 +70,7 @@ void DrafterKvRegions::Release(const std::string& lease_id) {
     entry = std::move(it->second);
     by_lease_.erase(it);
   }
-  ReleaseAll(entry.ids);
+  ReleaseRegionIds(transport_, entry.ids, "drafter KV");
 }
 
 absl::Status DrafterKvRegions::Land(const ShippedDrafterKv& kv, const KvSequence& blocks) {
@@ -102,13 +91,6 @@ int DrafterKvRegions::num_regions() const {
   size_t n = 0;
   for (const auto& [lease, entry] : by_lease_) n += entry.ids.size();
   return static_cast<int>(n);
-}
-
-void DrafterKvRegions::ReleaseAll(const std::vector<kvtransfer::RegionId>& ids) {
-  for (kvtransfer::RegionId id : ids) {
-    absl::Status s = transport_.ReleaseRegion(id);
-    if (!s.ok()) spdlog::warn("dq-decode: releasing drafter KV region {}: {}", id, s.ToString());
-  }
 }
 
 }  // namespace dq::decode

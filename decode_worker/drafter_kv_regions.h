@@ -63,7 +63,6 @@ class DrafterKvRegions {
     std::vector<kvtransfer::RegionId> ids;
     std::shared_ptr<ShippedDrafterKv> kv;
   };
-  void ReleaseAll(const std::vector<kvtransfer::RegionId>& ids);
 
   kvtransfer::Transport& transport_;
   worker::KvStaging& staging_;

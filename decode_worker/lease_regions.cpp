@@ -9,9 +9,44 @@
 namespace dq::decode {
 namespace v1 = dqserve::v1;
 
+absl::StatusOr<std::vector<kvtransfer::RegionId>> RegisterPlanRegions(
+    kvtransfer::Transport& transport, const LeaseStagingPlan& plan, const worker::KvGeometry& cache,
+    uint64_t layer_stride, const std::function<char*(const StagedRegion&)>& address,
+    v1::KvEndpoint* endpoint) {
+  endpoint->set_transport(std::string(transport.name()));
+  endpoint->set_address(transport.address());
+  std::vector<kvtransfer::RegionId> ids;
+  for (const StagedRegion& s : plan.regions) {
+    auto handle = transport.RegisterRegion(address(s), s.bytes);
+    if (!handle.ok()) {
+      ReleaseRegionIds(transport, ids, "KV");
+      return handle.status();
+    }
+    ids.push_back(handle->id);
+    v1::KvRemoteRegion* r = endpoint->add_regions();
+    r->set_tensor(s.tensor == worker::kKeys ? v1::KV_TENSOR_KEY : v1::KV_TENSOR_VALUE);
+    r->set_first_layer(s.layer);
+    r->set_num_layers(1);
+    r->set_layer_stride_bytes(layer_stride);
+    r->set_block_bytes(cache.block_bytes);
+    r->set_region_descriptor(std::move(handle->descriptor));
+    r->set_first_block(s.run.start);
+    r->set_num_blocks(s.run.count);
+  }
+  return ids;
+}
+
+void ReleaseRegionIds(kvtransfer::Transport& transport,
+                      const std::vector<kvtransfer::RegionId>& ids, const char* what) {
+  for (kvtransfer::RegionId id : ids) {
+    absl::Status s = transport.ReleaseRegion(id);
+    if (!s.ok()) spdlog::warn("dq-decode: releasing {} region {}: {}", what, id, s.ToString());
+  }
+}
+
 LeaseRegions::~LeaseRegions() {
   std::lock_guard lock(mu_);
-  for (const auto& [lease, entry] : by_lease_) ReleaseAll(entry.ids);
+  for (const auto& [lease, entry] : by_lease_) ReleaseRegionIds(transport_, entry.ids, "KV");
   by_lease_.clear();
 }
 
@@ -48,31 +83,21 @@ absl::StatusOr<v1::KvEndpoint> LeaseRegions::Register(const KvLease& lease, int 
     entry.copies = plan.copies;
   }
   v1::KvEndpoint endpoint;
-  endpoint.set_transport(std::string(transport_.name()));
-  endpoint.set_address(transport_.address());
-  for (const StagedRegion& s : plan.regions) {
-    // In place or direct: the cache's own blocks; staged: the lease's buffer.
-    char* at = entry.staging ? entry.staging->data() + s.host_offset
+  // In place or direct: the cache's own blocks; staged: the lease's buffer.
+  auto ids = RegisterPlanRegions(
+      transport_, plan, cache, entry.staging ? plan.host_layer_stride : cache.layer_stride_bytes(),
+      [&](const StagedRegion& s) {
+        return entry.staging ? entry.staging->data() + s.host_offset
                              : base[s.tensor] + cache.offset(s.layer, s.run.start);
-    auto handle = transport_.RegisterRegion(at, s.bytes);
-    if (!handle.ok()) {
-      ReleaseAll(entry.ids);
-      return absl::Status(
-          handle.status().code(),
-          absl::StrCat("registering lease ", lease.lease_id, "'s KV with the ",
-                       std::string(transport_.name()), " transport: ", handle.status().message()));
-    }
-    entry.ids.push_back(handle->id);
-    v1::KvRemoteRegion* r = endpoint.add_regions();
-    r->set_tensor(s.tensor == worker::kKeys ? v1::KV_TENSOR_KEY : v1::KV_TENSOR_VALUE);
-    r->set_first_layer(s.layer);
-    r->set_num_layers(1);
-    r->set_layer_stride_bytes(entry.staging ? plan.host_layer_stride : cache.layer_stride_bytes());
-    r->set_block_bytes(cache.block_bytes);
-    r->set_region_descriptor(std::move(handle->descriptor));
-    r->set_first_block(s.run.start);
-    r->set_num_blocks(s.run.count);
+      },
+      &endpoint);
+  if (!ids.ok()) {
+    return absl::Status(
+        ids.status().code(),
+        absl::StrCat("registering lease ", lease.lease_id, "'s KV with the ",
+                     std::string(transport_.name()), " transport: ", ids.status().message()));
   }
+  entry.ids = std::move(*ids);
   std::lock_guard lock(mu_);
   Entry& slot = by_lease_[lease.lease_id];
   slot.ids.insert(slot.ids.end(), entry.ids.begin(), entry.ids.end());
@@ -116,7 +141,7 @@ void LeaseRegions::Release(const std::string& lease_id) {
     by_lease_.erase(it);
   }
   // Regions first: after this no transport writes into the buffer, which may then be reused.
-  ReleaseAll(entry.ids);
+  ReleaseRegionIds(transport_, entry.ids, "KV");
 }
 
 int LeaseRegions::num_regions() const {
@@ -124,14 +149,6 @@ int LeaseRegions::num_regions() const {
   size_t n = 0;
   for (const auto& [lease, entry] : by_lease_) n += entry.ids.size();
   return static_cast<int>(n);
-}
-
-void LeaseRegions::ReleaseAll(const std::vector<kvtransfer::RegionId>& ids) {
-  for (kvtransfer::RegionId id : ids) {
-    absl::Status s = transport_.ReleaseRegion(id);
-    // Only a bug can make this fail (ids are ours, released once); the lease still ends.
-    if (!s.ok()) spdlog::warn("dq-decode: releasing KV region {}: {}", id, s.ToString());
-  }
 }
 
 }  // namespace dq::decode

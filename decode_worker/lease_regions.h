@@ -12,6 +12,7 @@
 // copies into the lease's blocks once the lease is committed.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -20,11 +21,26 @@
 
 #include "absl/status/statusor.h"
 #include "decode_worker/kv_lease_table.h"
+#include "decode_worker/lease_staging.h"
 #include "dqserve/v1/worker.pb.h"
 #include "kvtransfer/transport.h"
 #include "worker_common/kv_staging.h"
 
 namespace dq::decode {
+
+// Registers every region of `plan` with `transport` at `address(region)` and describes it in
+// `endpoint` (with the transport's name and address; `layer_stride`: bytes between a region's
+// layers in that memory). On error releases what it registered and returns the transport's error.
+// Shared by the target's regions and the drafter's (drafter_kv_regions.h).
+absl::StatusOr<std::vector<kvtransfer::RegionId>> RegisterPlanRegions(
+    kvtransfer::Transport& transport, const LeaseStagingPlan& plan, const worker::KvGeometry& cache,
+    uint64_t layer_stride, const std::function<char*(const StagedRegion&)>& address,
+    dqserve::v1::KvEndpoint* endpoint);
+
+// Releases `ids`; a failure (only a bug: the ids are ours, released once) is logged as a
+// `what` region, and the lease still ends.
+void ReleaseRegionIds(kvtransfer::Transport& transport,
+                      const std::vector<kvtransfer::RegionId>& ids, const char* what);
 
 // Thread-safe.
 class LeaseRegions {
@@ -67,8 +83,6 @@ class LeaseRegions {
     std::shared_ptr<worker::HostBuffer> staging;  // null when the regions are the cache
     std::vector<worker::KvCopy> copies;           // staging -> cache
   };
-  void ReleaseAll(const std::vector<kvtransfer::RegionId>& ids);
-
   kvtransfer::Transport& transport_;
   worker::KvStaging& staging_;
   const bool direct_;
