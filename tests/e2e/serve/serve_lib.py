@@ -152,6 +152,35 @@ class Deployment:
                 print(f"--- {name} log ---\n{self.log(name)[-3000:]}")
 
 
+class Up:
+    """`dqserve up --config FILE`: one prefill and one decode worker (one thread each) on `model`,
+    `decode_toml` appended to the [decode] table; the router on self.port."""
+
+    def __init__(self, work, name, model, decode_toml):
+        self.port = free_port()
+        cfg = os.path.join(work, name + ".toml")
+        with open(cfg, "w") as f:
+            f.write(f'model = "{model}"\n[router]\nport = {self.port}\n'
+                    f'[prefill]\nthreads = 1\nport = {free_port()}\n'
+                    f'[decode]\nthreads = 1\nport = {free_port()}\n' + decode_toml)
+        self.log = os.path.join(work, "up.log")
+        self.proc = subprocess.Popen([os.path.join(BIN, "dqserve"), "up", "--config", cfg],
+                                     stdout=open(self.log, "wb"), stderr=subprocess.STDOUT)
+        end = time.time() + 180
+        while "dqserve: serving" not in self.output():
+            if self.proc.poll() is not None or time.time() > end:
+                raise RuntimeError("dqserve up did not start: " + self.output())
+            time.sleep(0.1)
+
+    def output(self):
+        with open(self.log, errors="replace") as f:
+            return f.read()
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGINT)
+        return self.proc.wait(timeout=30)
+
+
 def request(method, port, path, body=None, headers=None, timeout=120):
     """One HTTP request; returns (status, headers dict, body bytes)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)

@@ -7,14 +7,10 @@
 - "speculative": false opts a request out (no speculation counters, same text); a bad value is
   a 400 naming the field;
 - usage.speculative and the router's dq_spec_* counters agree (accepted <= drafted)."""
-import os
-import signal
-import subprocess
 import tempfile
 import threading
-import time
 
-from serve_lib import (BIN, SMOL, Deployment, check, chat, fail, finish, free_port,
+from serve_lib import (SMOL, Deployment, Up, check, chat, fail, finish,
                        generate_cli, metrics, metric_sum, post_json)
 
 # SmolLM2 answers this with "1234567890123..." (one token per digit): the n-gram drafter's
@@ -27,35 +23,6 @@ PROMPTS = [
 ]
 SPEC_KEYS = ("dq_spec_drafted_tokens_total", "dq_spec_accepted_tokens_total",
              "dq_spec_steps_total")
-
-
-class Up:
-    """`dqserve up --config FILE` with the n-gram drafter on the decode worker."""
-
-    def __init__(self, work):
-        self.port = free_port()
-        cfg = os.path.join(work, "spec.toml")
-        with open(cfg, "w") as f:
-            f.write(f'model = "{SMOL}"\n[router]\nport = {self.port}\n'
-                    f'[prefill]\nthreads = 1\nport = {free_port()}\n'
-                    f'[decode]\nthreads = 1\nport = {free_port()}\n'
-                    f'speculative = "ngram"\nspec_k = 4\n')
-        self.log = os.path.join(work, "up.log")
-        self.proc = subprocess.Popen([os.path.join(BIN, "dqserve"), "up", "--config", cfg],
-                                     stdout=open(self.log, "wb"), stderr=subprocess.STDOUT)
-        end = time.time() + 180
-        while "dqserve: serving" not in self.output():
-            if self.proc.poll() is not None or time.time() > end:
-                raise RuntimeError("dqserve up did not start: " + self.output())
-            time.sleep(0.1)
-
-    def output(self):
-        with open(self.log, errors="replace") as f:
-            return f.read()
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGINT)
-        return self.proc.wait(timeout=30)
 
 
 def content(status, body):
@@ -186,7 +153,7 @@ def check_opt_out_and_errors(spec, plain):
 
 def main():
     work = tempfile.mkdtemp(prefix="dq-spec-")
-    up = Up(work)
+    up = Up(work, "spec", SMOL, 'speculative = "ngram"\nspec_k = 4\n')
     try:
         with Deployment(SMOL) as plain:
             check_greedy(up.port, plain.port)

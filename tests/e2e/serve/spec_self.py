@@ -12,14 +12,10 @@ the model named by argv[1] ("tiny": the tiny random Qwen3 fixture; "smol": SmolL
   accepts exactly as many drafts as with the shipped KV, so what was shipped is the KV the
   drafter computes itself (wrong KV would only lower acceptance, never change the tokens).
 tiny runs through `dqserve up` (TOML [decode] speculative = "self"); smol through the workers."""
-import os
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 
-from serve_lib import (BIN, SMOL, TINY, Deployment, check, chat, fail, finish, free_port,
+from serve_lib import (SMOL, TINY, Deployment, Up, check, chat, fail, finish,
                        generate_cli, metric_sum, metrics, ok)
 
 KIND = sys.argv[1] if len(sys.argv) > 1 else "tiny"
@@ -35,36 +31,6 @@ else:
 SPEC_KEYS = ("dq_spec_drafted_tokens_total", "dq_spec_accepted_tokens_total",
              "dq_spec_steps_total", "dq_spec_drafter_prompts_shipped_total",
              "dq_spec_drafter_prompts_recomputed_total")
-
-
-class Up:
-    """`dqserve up --config FILE` with the self drafter on both workers (TOML)."""
-
-    def __init__(self, work):
-        self.port = free_port()
-        cfg = os.path.join(work, "spec_self.toml")
-        with open(cfg, "w") as f:
-            f.write(f'model = "{MODEL}"\n[router]\nport = {self.port}\n'
-                    f'[prefill]\nthreads = 1\nport = {free_port()}\n'
-                    f'[decode]\nthreads = 1\nport = {free_port()}\n'
-                    f'speculative = "self"\nspec_k = 4\ndraft_format = "int8"\n'
-                    f'draft_group_size = {GROUP}\n')
-        self.log = os.path.join(work, "up.log")
-        self.proc = subprocess.Popen([os.path.join(BIN, "dqserve"), "up", "--config", cfg],
-                                     stdout=open(self.log, "wb"), stderr=subprocess.STDOUT)
-        end = time.time() + 180
-        while "dqserve: serving" not in self.output():
-            if self.proc.poll() is not None or time.time() > end:
-                raise RuntimeError("dqserve up did not start: " + self.output())
-            time.sleep(0.1)
-
-    def output(self):
-        with open(self.log, errors="replace") as f:
-            return f.read()
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGINT)
-        return self.proc.wait(timeout=30)
 
 
 def counters(port):
@@ -115,7 +81,8 @@ def main():
         check(spec == r, f"colocated dqserve generate --speculative self {p[:24]!r} == plain")
     work = tempfile.mkdtemp(prefix="dq-spec-self-")
     if KIND == "tiny":
-        up = Up(work)
+        up = Up(work, "spec_self", MODEL, 'speculative = "self"\nspec_k = 4\n'
+                f'draft_format = "int8"\ndraft_group_size = {GROUP}\n')
         try:
             shipped = run_prompts(up.port, "dqserve up, shipped", "shipped", references)
         finally:
