@@ -277,30 +277,15 @@ struct Receiver {
 
 Receiver SpawnReceiver(const Options& o, const std::vector<std::string>& flags) {
   signal(SIGPIPE, SIG_IGN);  // a dead receiver shows as a failed read, not a silent exit
-  int to[2], from[2];
-  if (pipe2(to, O_CLOEXEC) != 0 || pipe2(from, O_CLOEXEC) != 0) std::exit(1);
+  std::vector<std::string> args = {"/proc/self/exe", "--role", "receiver"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  std::optional<kvtransfer::testing::CommandChild> child =
+      kvtransfer::testing::SpawnWithCommandPipe(std::move(args));
+  if (!child) std::exit(1);
   Receiver r;
-  r.pid = fork();
-  if (r.pid == 0) {
-    // The child keeps the pipe ends under their own numbers (dup2 onto a fixed fd that is
-    // already that end is a no-op which leaves O_CLOEXEC set, and exec then closed it: the
-    // receiver lost its command pipe whenever pipe2 handed out fds 3 and 4).
-    fcntl(to[0], F_SETFD, 0);
-    fcntl(from[1], F_SETFD, 0);
-    std::vector<std::string> args = {
-        "/proc/self/exe",       "--role", "receiver", "--in-fd", std::to_string(to[0]), "--out-fd",
-        std::to_string(from[1])};
-    args.insert(args.end(), flags.begin(), flags.end());
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv("/proc/self/exe", argv.data());
-    _exit(127);
-  }
-  close(to[0]);
-  close(from[1]);
-  r.to = to[1];
-  r.from = from[0];
+  r.pid = child->pid;
+  r.to = child->to;
+  r.from = child->from;
   for (const std::string& backend : Backends(o)) {
     for (int i = 0; i < 2 * o.layers; ++i) {
       std::optional<std::string> d = ReadMessage(r.from, 120000);

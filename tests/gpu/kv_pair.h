@@ -19,6 +19,7 @@
 
 #include "kvtransfer/transport.h"
 #include "tests/unit/kvtransfer/transport_scenarios.h"
+#include "tests/unit/kvtransfer/two_process.h"
 
 namespace dq::kvtransfer::testing {
 
@@ -43,42 +44,18 @@ class RemoteReceiver {
                                                const std::vector<uint64_t>& sizes, uint32_t seed,
                                                int timeout_ms, std::string* error) {
     signal(SIGPIPE, SIG_IGN);  // a receiver that died must fail a check, not kill the test
-    int to_child[2], from_child[2];
-    if (pipe2(to_child, O_CLOEXEC) != 0 || pipe2(from_child, O_CLOEXEC) != 0) {
-      *error = "pipe2() failed";
-      return nullptr;
-    }
     std::string size_list;
     for (uint64_t s : sizes) size_list += (size_list.empty() ? "" : ",") + std::to_string(s);
     const std::string bin = ReceiverBinary();
-    std::vector<std::string> args = {bin,
-                                     "--kind",
-                                     kind,
-                                     "--in-fd",
-                                     "3",
-                                     "--out-fd",
-                                     "4",
-                                     "--device",
-                                     std::to_string(device),
-                                     "--seed",
-                                     std::to_string(seed),
-                                     "--timeout-ms",
-                                     std::to_string(timeout_ms),
-                                     "--sizes",
-                                     size_list};
-    pid_t pid = fork();
-    if (pid == 0) {
-      dup2(to_child[0], 3);  // dup2 clears O_CLOEXEC on the copies
-      dup2(from_child[1], 4);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(bin.c_str(), argv.data());
-      _exit(127);
+    std::optional<CommandChild> child = SpawnWithCommandPipe(
+        {bin, "--kind", kind, "--device", std::to_string(device), "--seed", std::to_string(seed),
+         "--timeout-ms", std::to_string(timeout_ms), "--sizes", size_list});
+    if (!child) {
+      *error = "pipe2() failed";
+      return nullptr;
     }
-    close(to_child[0]);
-    close(from_child[1]);
-    auto r = std::unique_ptr<RemoteReceiver>(new RemoteReceiver(pid, to_child[1], from_child[0]));
+    auto r =
+        std::unique_ptr<RemoteReceiver>(new RemoteReceiver(child->pid, child->to, child->from));
     std::optional<std::string> hello = ReadMessage(r->from_, 60000);
     if (!hello || hello->rfind("error:", 0) == 0) {
       *error = hello ? *hello : "receiver " + bin + " did not start";

@@ -4,6 +4,7 @@
 // it can compare bytes itself.
 #pragma once
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -55,6 +56,41 @@ inline std::optional<std::string> ReadMessage(int fd, int timeout_ms) {
   std::string m(r.U32(), '\0');
   if (!ReadExact(fd, m.data(), m.size(), timeout_ms)) return std::nullopt;
   return m;
+}
+
+// A child process exec'ing `args` (args[0]: the binary) with a command pipe each way, passed as
+// "--in-fd N --out-fd M" (appended). The ends keep their own numbers in the child: dup2 onto a
+// fixed number that already is that end is a no-op which leaves O_CLOEXEC set, so exec closed
+// the pipe whenever pipe2 had handed out that very number.
+struct CommandChild {
+  pid_t pid = -1;
+  int to = -1, from = -1;  // the parent's ends
+};
+inline std::optional<CommandChild> SpawnWithCommandPipe(std::vector<std::string> args) {
+  int to[2], from[2];
+  if (pipe2(to, O_CLOEXEC) != 0) return std::nullopt;
+  if (pipe2(from, O_CLOEXEC) != 0) {
+    close(to[0]);
+    close(to[1]);
+    return std::nullopt;
+  }
+  args.insert(args.end(), {"--in-fd", std::to_string(to[0]), "--out-fd", std::to_string(from[1])});
+  CommandChild c;
+  c.pid = fork();
+  if (c.pid == 0) {
+    fcntl(to[0], F_SETFD, 0);
+    fcntl(from[1], F_SETFD, 0);
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(to[0]);
+  close(from[1]);
+  c.to = to[1];
+  c.from = from[0];
+  return c;
 }
 
 // Fills `out` with what region `index` should hold once the sender's copies have landed.
