@@ -12,7 +12,9 @@
 # (A decode worker killed under load: tests/gpu/serve_faults_gpu.py.)
 # Results: $OUT/serve_gpu.json (+ every dq-bench JSON and log). DQ_DRY=1 runs the same steps on a
 # tiny model on the CPU (a harness check; the figures mean nothing). DQ_TTFT_ONLY=1: step 1 only
-# (no int2 checkpoint, no sweeps).
+# (no int2 checkpoint, no sweeps). DQ_PREFILL_FORMATS (default "bf16 fp8") picks the prefill
+# formats; DQ_SKIP_COLOCATED=1 skips the colocated runs (variants of the disaggregated side);
+# DQ_WORKER_LOG_LEVEL=debug makes the router and workers log each request's time split.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=${DQ_BIN:-build/release-cuda/bin}
@@ -98,7 +100,10 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 compute_of() { [ "$1" = fp8 ] && echo w8a8 || echo weight_only; }
 
 # 2. Colocated TTFT: one process per prefill format, prompts as raw interactive turns (one load).
-for pf in bf16 fp8; do
+prefill_formats=${DQ_PREFILL_FORMATS:-"bf16 fp8"}
+colocated_formats=$prefill_formats
+[ "${DQ_SKIP_COLOCATED:-0}" = 1 ] && colocated_formats=""
+for pf in $colocated_formats; do
   log "colocated TTFT, $pf prefill on $gen_dev"
   {
     cat "$work/prompt_$in_len.txt"; echo  # warm-up turn
@@ -132,7 +137,8 @@ device = "$dev1"
 max_batch = 8
 kv_capacity = 98304
 TOML
-  "$bin/dqserve" up --config "$out/$1.toml" >"$out/$1.up.log" 2>&1 &
+  "$bin/dqserve" up --config "$out/$1.toml" --worker-log-level "${DQ_WORKER_LOG_LEVEL:-info}" \
+    >"$out/$1.up.log" 2>&1 &
   up=$!
   for _ in $(seq 1 1200); do
     grep -q "dqserve: serving" "$out/$1.up.log" && return 0
@@ -152,7 +158,7 @@ bench() {  # name args... -> $out/name.json
 }
 
 # 3. Disaggregated TTFT on the same prompts, and the concurrency sweeps.
-for pf in bf16 fp8; do
+for pf in $prefill_formats; do
   df=$([ "$pf" = bf16 ] && echo bf16 || echo int4)
   start_up "disagg_$pf" "$pf" "$df" || continue
   log "disaggregated TTFT, $pf prefill on $dev0, $df decode on $dev1, $transport"

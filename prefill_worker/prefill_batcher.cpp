@@ -174,11 +174,14 @@ void PrefillBatcher::RunBatch(const std::vector<Step>& steps) {
   for (size_t i = 0; i < steps.size(); ++i) {
     PrefillJob* job = steps[i].job;
     // The transfers read these blocks: they end before the blocks are rewritten or freed.
+    const auto w0 = std::chrono::steady_clock::now();
     absl::Status sent = job->writer->Wait();
     if (job->drafter_writer) {
       const absl::Status drafted = job->drafter_writer->Wait();
       if (!drafted.ok()) DropDrafter(*job, drafted.ToString());
     }
+    job->transfer_wait_ms +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - w0).count();
     job->compute_ms += ms;
     if (!forward.ok()) {
       Finish(job,
@@ -269,6 +272,7 @@ void PrefillBatcher::Finish(PrefillJob* job, absl::Status status) {
   }
   PublishLoad();  // before the caller hears back, so its next Health sees the blocks free
   job->result.compute_ms = job->compute_ms;
+  job->result.transfer_wait_ms = job->transfer_wait_ms;
   if (job->writer) {
     job->result.transfer_ms = job->writer->transfer_ms();
     job->result.transfer_bytes = job->writer->bytes_posted();

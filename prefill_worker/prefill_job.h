@@ -26,6 +26,9 @@ struct PrefillResult {
   std::vector<dqserve::v1::PositionLogprobs> prompt_logprobs;
   double compute_ms = 0;
   double transfer_ms = 0;
+  // Time the engine waited for this request's transfers after its forward passes ended: the
+  // part of the transfer not hidden behind compute.
+  double transfer_wait_ms = 0;
   uint64_t transfer_bytes = 0;
   // The self drafter's prompt KV went into the lease's drafter part too / why it did not.
   bool drafter_kv = false;
@@ -58,6 +61,7 @@ struct PrefillJob {
   bool started = false;
   int done_tokens = 0;
   double compute_ms = 0;
+  double transfer_wait_ms = 0;
 
   // Outcome, under mu.
   std::mutex mu;

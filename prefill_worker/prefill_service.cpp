@@ -163,13 +163,16 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
                                      const v1::PrefillRequest* request,
                                      v1::PrefillResponse* response) {
   const std::string& id = request->request_id();
+  const auto received = PrefillJob::Clock::now();
   auto job = MakeJob(*context, *request);
   if (!job.ok()) {
     spdlog::info("prefill {}: refused: {}", id, job.status().ToString());
     return ToGrpc(job.status());
   }
-  spdlog::debug("prefill {}: {} tokens into lease {}", id, request->prompt_token_ids_size(),
-                request->lease().lease_id());
+  spdlog::debug(
+      "prefill {}: {} tokens into lease {} (set up in {:.1f} ms)", id,
+      request->prompt_token_ids_size(), request->lease().lease_id(),
+      std::chrono::duration<double, std::milli>(PrefillJob::Clock::now() - received).count());
   batcher_.Submit(*job);
   AwaitJob(*context, **job);
   PrefillJob& j = **job;
@@ -195,8 +198,11 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   response->set_transfer_ms(static_cast<float>(r.transfer_ms));
   response->set_transfer_bytes(r.transfer_bytes);
   for (const v1::PositionLogprobs& p : r.prompt_logprobs) *response->add_prompt_logprobs() = p;
-  spdlog::debug("prefill {}: done, compute {:.1f} ms, transfer {:.1f} ms, {} bytes", id,
-                r.compute_ms, r.transfer_ms, r.transfer_bytes);
+  spdlog::debug(
+      "prefill {}: done in {:.1f} ms: compute {:.1f} ms, transfer {:.1f} ms ({} bytes; {:.1f} ms "
+      "of it after the compute)",
+      id, std::chrono::duration<double, std::milli>(PrefillJob::Clock::now() - received).count(),
+      r.compute_ms, r.transfer_ms, r.transfer_bytes, r.transfer_wait_ms);
   return grpc::Status::OK;
 }
 

@@ -199,8 +199,14 @@ StartResult RequestPipeline::Start(GenerationInput input) {
   wire.top_logprobs = r->input_.top_logprobs;
   r->sampling_ = ToWireSampling(r->input_.sampling, wire);
 
+  const auto t0 = SchedulerClock::now();
   if (auto e = Reserve(*r, *prefill)) return StartResult{nullptr, *e, ""};
+  const auto t1 = SchedulerClock::now();
   if (auto e = Prefill(*r, *prefill)) return StartResult{nullptr, *e, ""};
+  // Where a request's time to first token goes, for tuning a deployment (--log-level debug).
+  spdlog::debug("request {}: admitted to Reserve {:.1f} ms, Reserve {:.1f} ms, Prefill {:.1f} ms",
+                r->id(), 1e3 * Seconds(t0 - r->admitted_at_), 1e3 * Seconds(t1 - t0),
+                1e3 * Seconds(SchedulerClock::now() - t1));
   StartResult ok;
   ok.request = std::move(r);
   return ok;

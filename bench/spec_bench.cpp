@@ -1,11 +1,12 @@
-// dq-bench-spec: speculative decoding on the CPU, as JSON. Runs the same chat prompts through
-// the Generator without a drafter ("plain"), with the n-gram drafter and with self-drafters, at
-// batch 1 and 4; reports decode tok/s (best of --reps), speedup over plain in the same target
-// format, acceptance, and whether the tokens equal plain decoding's (they must: greedy). Also
-// times single forward passes (the target fed 1..k+1 tokens, each drafter fed 1), the costs
-// that decide whether a drafter can pay off.
+// dq-bench-spec: speculative decoding on the CPU or a CUDA GPU (--device), as JSON. Runs the same
+// chat prompts through the Generator without a drafter ("plain"), with the n-gram drafter and with
+// self-drafters, at batch 1 and 4; reports decode tok/s (best of --reps), speedup over plain in the
+// same target format, acceptance, and whether the tokens equal plain decoding's (they must:
+// greedy). Also times single forward passes (the target fed 1..k+1 tokens, each drafter fed 1), the
+// costs that decide whether a drafter can pay off.
 //   dq-bench-spec --target DIR|GGUF [--draft-base DIR|GGUF] --arm plain --arm ngram
 //                 --arm self:int2:64 [--arm weights:PATH] [--batch 1 --batch 4] [--k 4]
+//                 [--device cuda]
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <iostream>
@@ -18,6 +19,9 @@
 #include "engine/spec/draft_model.h"
 #include "engine/spec/ngram_drafter.h"
 #include "engine/spec/self_drafter.h"
+#ifdef DQ_HAVE_CUDA
+#include "engine/cuda/cuda_model.h"
+#endif
 
 namespace {
 
@@ -41,6 +45,7 @@ const char* const kPrompts[] = {
 
 struct Options {
   std::string target, draft_base, machine, commit, command;
+  std::string device = "cpu";
   std::vector<std::string> arms = {"plain", "ngram"};
   std::vector<int> batches = {1};
   int gen_tokens = 96;
@@ -56,7 +61,19 @@ struct Arm {
   std::unique_ptr<dq::Drafter> drafter;
 };
 
-absl::StatusOr<Arm> MakeArm(const std::string& spec, const dq::Model& base, int threads) {
+// The backend every runner of the bench uses (target and drafters alike).
+absl::StatusOr<dq::BackendFactory> BackendFor(const std::string& device) {
+  if (device == "cpu") return dq::BackendFactory{};
+#ifdef DQ_HAVE_CUDA
+  if (device == "cuda") return dq::cuda::CudaBackendFactory();
+#endif
+  return absl::InvalidArgumentError(
+      absl::StrCat("--device ", device, ": this build has ",
+                   device == "cuda" ? "no CUDA (build the release-cuda preset)" : "cpu or cuda"));
+}
+
+absl::StatusOr<Arm> MakeArm(const std::string& spec, const dq::Model& base, int threads,
+                            const dq::BackendFactory& backend) {
   Arm arm{spec, nullptr, nullptr};
   if (spec == "plain") return arm;
   if (spec == "ngram") {
@@ -80,6 +97,7 @@ absl::StatusOr<Arm> MakeArm(const std::string& spec, const dq::Model& base, int 
   DQ_ASSIGN_OR_RETURN(arm.weights, dq::LoadDraftModel(base, dmo));
   dq::SelfDrafterOptions so;
   so.threads = threads;
+  so.backend = backend;
   DQ_ASSIGN_OR_RETURN(arm.drafter,
                       dq::SelfDrafter::Create(*arm.weights->checkpoint, arm.weights->config, so));
   return arm;
@@ -155,7 +173,8 @@ absl::StatusOr<std::vector<dq::GenerationRequest>> Requests(const dq::Model& m, 
   return reqs;
 }
 
-absl::StatusOr<json> Costs(dq::ModelRunner& target, std::vector<Arm>& arms, int k) {
+absl::StatusOr<json> Costs(dq::ModelRunner& target, std::vector<Arm>& arms, int k,
+                           const dq::BackendFactory& backend) {
   json c = {{"target_forward_ms", json::object()}, {"drafter_forward_ms", json::object()}};
   for (int n : {1, 2, 3, 5, k + 1, 9}) {
     DQ_ASSIGN_OR_RETURN(double s, ForwardSeconds(target, n, /*all_logits=*/n > 1));
@@ -167,6 +186,7 @@ absl::StatusOr<json> Costs(dq::ModelRunner& target, std::vector<Arm>& arms, int 
     // A drafter runner with the bench's thread count; its own pool, nothing else running.
     dq::ModelRunnerOptions ro;
     ro.threads = target.threads().num_threads();
+    ro.backend = backend;
     DQ_ASSIGN_OR_RETURN(auto r,
                         dq::ModelRunner::Create(*a.weights->checkpoint, a.weights->config, ro));
     DQ_ASSIGN_OR_RETURN(double s, ForwardSeconds(*r, 1, false));
@@ -183,13 +203,15 @@ absl::Status Run(const Options& o) {
     DQ_ASSIGN_OR_RETURN(base_holder, dq::LoadModel(o.draft_base));
     base = base_holder.get();
   }
+  DQ_ASSIGN_OR_RETURN(dq::BackendFactory backend, BackendFor(o.device));
   dq::ModelRunnerOptions ro;
   ro.threads = o.threads;
+  ro.backend = backend;
   DQ_ASSIGN_OR_RETURN(auto runner,
                       dq::ModelRunner::Create(*target->checkpoint, target->config, ro));
   std::vector<Arm> arms;
   for (const std::string& spec : o.arms) {
-    DQ_ASSIGN_OR_RETURN(Arm a, MakeArm(spec, *base, o.threads));
+    DQ_ASSIGN_OR_RETURN(Arm a, MakeArm(spec, *base, o.threads, backend));
     arms.push_back(std::move(a));
   }
   DQ_ASSIGN_OR_RETURN(auto reqs, Requests(*target, o));
@@ -222,10 +244,11 @@ absl::Status Run(const Options& o) {
                          {"acceptance_length", t.spec.acceptance_length()}});
     }
   }
-  DQ_ASSIGN_OR_RETURN(json costs, Costs(*runner, arms, o.k));
+  DQ_ASSIGN_OR_RETURN(json costs, Costs(*runner, arms, o.k, backend));
   json j = {{"machine", o.machine},
             {"commit", o.commit},
             {"command", o.command},
+            {"device", std::string(runner->backend())},
             {"target", o.target},
             {"draft_base", base->path},
             {"threads", runner->threads().num_threads()},
@@ -243,7 +266,7 @@ absl::Status Run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"dq-bench-spec: speculative decoding speed on the CPU"};
+  CLI::App app{"dq-bench-spec: speculative decoding speed on the CPU or a CUDA GPU"};
   Options o;
   app.add_option("--target", o.target, "the target: a .gguf file or HF checkpoint")->required();
   app.add_option("--draft-base", o.draft_base, "what self:FORMAT quantizes (default: target)");
@@ -252,6 +275,7 @@ int main(int argc, char** argv) {
   app.add_option("--gen-tokens", o.gen_tokens, "max tokens per request");
   app.add_option("--k", o.k, "draft tokens per step at most (adaptive)");
   app.add_option("--threads", o.threads, "CPU threads");
+  app.add_option("--device", o.device, "cpu (default) or cuda (a release-cuda build)");
   app.add_option("--reps", o.reps, "repetitions (best is reported)");
   app.add_option("--prompts", o.prompts, "how many of the built-in prompts (at most 8)");
   app.add_option("--machine", o.machine, "machine description for the JSON");
