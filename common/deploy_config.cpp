@@ -88,6 +88,46 @@ absl::Status ReadPhase(const toml::table& t, const std::string& name, PhaseConfi
   return r.Finish();
 }
 
+// [decode] speculative and the drafter's weights (docs/speculative.md).
+absl::Status CheckDrafter(const DeployConfig& c) {
+  const PhaseConfig& d = c.decode;
+  if (d.speculative != "none" && d.speculative != "ngram" && d.speculative != "self" &&
+      d.speculative != "dflash") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("[decode] speculative must be \"none\", \"ngram\", \"self\" or "
+                     "\"dflash\", got \"",
+                     d.speculative, "\""));
+  }
+  const bool has_weights = !d.draft_format.empty() || !d.draft_weights.empty();
+  if (d.speculative == "self" && d.draft_format.empty() == d.draft_weights.empty()) {
+    return absl::InvalidArgumentError(
+        "[decode] speculative = \"self\" needs exactly one of draft_format (e.g. \"int4\": the "
+        "model quantized at load) and draft_weights (a checkpoint)");
+  }
+  if (d.speculative == "dflash") {
+    if (d.draft_weights.empty() || !d.draft_format.empty() || d.draft_group_size != 0) {
+      return absl::InvalidArgumentError(
+          "[decode] speculative = \"dflash\" needs draft_weights (the DFlash drafter's "
+          "directory, made for this model) and no draft_format/draft_group_size");
+    }
+    for (const PhaseConfig* p : {&c.prefill, &c.decode}) {
+      if (p->device != "cpu") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "[decode] speculative = \"dflash\" reads the target's per-layer hidden states, "
+            "which only the cpu backend exposes so far; set [prefill] and [decode] device = "
+            "\"cpu\" (got \"",
+            p->device, "\"), or use speculative = \"ngram\" or \"self\" on GPUs"));
+      }
+    }
+  }
+  if ((d.speculative == "none" || d.speculative == "ngram") && has_weights) {
+    return absl::InvalidArgumentError(
+        "[decode] draft_format/draft_weights are the self or dflash drafter's: set speculative "
+        "= \"self\" (or \"dflash\" with draft_weights)");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadRouter(const toml::table& t, RouterConfig* c) {
   TableReader r(t, "[router]");
   r.Get("host", &c->host);
@@ -155,21 +195,7 @@ absl::Status CheckValues(const DeployConfig& c) {
     return absl::InvalidArgumentError("[router] max_in_flight must be >= 1");
   if (c.decode.max_batch < 1) return absl::InvalidArgumentError("[decode] max_batch must be >= 1");
   const PhaseConfig& d = c.decode;
-  if (d.speculative != "none" && d.speculative != "ngram" && d.speculative != "self") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("[decode] speculative must be \"none\", \"ngram\" or \"self\", got \"",
-                     d.speculative, "\""));
-  }
-  const bool has_weights = !d.draft_format.empty() || !d.draft_weights.empty();
-  if (d.speculative == "self" && d.draft_format.empty() == d.draft_weights.empty()) {
-    return absl::InvalidArgumentError(
-        "[decode] speculative = \"self\" needs exactly one of draft_format (e.g. \"int4\": the "
-        "model quantized at load) and draft_weights (a checkpoint)");
-  }
-  if (d.speculative != "self" && has_weights) {
-    return absl::InvalidArgumentError(
-        "[decode] draft_format/draft_weights are the self drafter's: set speculative = \"self\"");
-  }
+  DQ_RETURN_IF_ERROR(CheckDrafter(c));
   if (c.decode.spec_k < 1 || c.decode.spec_k > 16) {
     return absl::InvalidArgumentError(
         absl::StrCat("[decode] spec_k must be in [1, 16], got ", c.decode.spec_k));

@@ -7,9 +7,11 @@
 //   [transfer] backend ("tcp" | "ucx" | "nccl": GPU to GPU, both workers on GPUs), io_timeout_ms
 //   [prefill]  weights, compute, device, threads, token_budget, kv_capacity, port
 //   [decode]   weights, compute, device, threads, max_batch, kv_capacity, lease_ttl_ms, port,
-//              speculative ("none" | "ngram" | "self"), spec_k (1..16), and for "self":
-//              draft_format | draft_weights, draft_group_size, draft_on_prefill (true: the
-//              prefill worker holds the drafter too and ships its prompt KV)
+//              speculative ("none" | "ngram" | "self" | "dflash"), spec_k (1..16), and for
+//              "self": draft_format | draft_weights, draft_group_size; for "dflash" (CPU
+//              workers): draft_weights (the DFlash drafter's directory); for both
+//              draft_on_prefill (true: the prefill worker holds the drafter too and ships its
+//              prompt KV)
 //   odp = true, or an [odp] table: crossover_tokens, slots, source ("disk" | "host"), image_dir
 //              (offloaded disaggregated prefill on one GPU, docs/odp.md)
 //
@@ -57,10 +59,11 @@ struct PhaseConfig {
   // decode only
   int max_batch = 4;
   int lease_ttl_ms = 120000;
-  std::string speculative = "none";  // the decode worker's drafter: "none", "ngram" or "self"
+  std::string speculative = "none";  // the decode worker's drafter: none, ngram, self, dflash
   int spec_k = 4;                    // most tokens drafted per step
-  // The self drafter's weights (exactly one of format and weights) and whether the prefill
-  // worker computes its prompt KV (else the decode worker does, docs/speculative.md).
+  // The self drafter's weights (exactly one of format and weights; dflash: weights only) and
+  // whether the prefill worker computes its prompt KV (else the decode worker does,
+  // docs/speculative.md).
   std::string draft_format;
   int draft_group_size = 0;
   std::string draft_weights;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "decode_worker/drafter_kv_regions.h"
 #include "engine/sampler/sampler.h"
@@ -48,6 +49,11 @@ DecodeBatcher::DecodeBatcher(ModelRunner& runner, KvLeaseTable& leases,
       leases_(leases),
       options_(std::move(options)),
       max_context_(runner.config().max_context) {
+  if (options_.drafter != nullptr && !options_.drafter->target_layers().empty()) {
+    const ModelConfig& c = runner_.config();
+    capture_ = std::make_unique<HiddenCapture>(options_.drafter->target_layers(), c.num_layers,
+                                               c.hidden_size);
+  }
   engine_ = std::thread([this] { Loop(); });
 }
 
@@ -251,14 +257,15 @@ absl::Status DecodeBatcher::PlainStep(const Batch& batch, const std::vector<Sequ
       std::any_of(in.begin(), in.end(), [](const Sequence* s) { return s->job.logprobs; });
   BatchLogits logits;
   std::vector<int32_t> tokens(in.size());
-  DQ_RETURN_IF_ERROR(
-      runner_.ForwardAndSample(batch, samplers, tokens, want_logits ? &logits : nullptr));
+  DQ_RETURN_IF_ERROR(runner_.ForwardAndSample(batch, samplers, tokens,
+                                              want_logits ? &logits : nullptr, CaptureHooks()));
   for (size_t i = 0; i < in.size(); ++i) {
     Sequence& s = *in[i];
     const int32_t token = tokens[i];
     if (s.speculate) {
       ++s.spec.steps;  // a step with an empty draft: one verified position
       CountEmitted(s, false);
+      ObserveKept(s, s.kv.num_tokens - 1, 1, static_cast<int64_t>(i));
     }
     if (s.job.logprobs) {
       // The raw row: ForwardAndSample sampled from a copy.
@@ -328,6 +335,13 @@ bool DecodeBatcher::Propose(const std::vector<Sequence*>& in) {
     const size_t m = std::min<size_t>(t.size(), requests[i].max_tokens);
     drafting[i]->input.insert(drafting[i]->input.end(), t.begin(), t.begin() + m);
     any = any || m > 0;
+    // Each draft at --log-level debug: which tokens a drafter proposed, e.g. to see that its
+    // prompt context (shipped or recomputed) is the same (tests/e2e/serve/spec_dflash.py).
+    if (m > 0 && spdlog::should_log(spdlog::level::debug)) {
+      spdlog::debug("dq-decode: {}: at {} drafted [{}]", drafting[i]->job.request_id,
+                    drafting[i]->kv.num_tokens,
+                    absl::StrJoin(std::span<const int32_t>(t.data(), m), ","));
+    }
   }
   return any;
 }
@@ -338,14 +352,21 @@ absl::Status DecodeBatcher::SpecStep(Batch& batch, const std::vector<Sequence*>&
     batch.items[i].all_logits = true;
   }
   BatchLogits logits;
-  DQ_RETURN_IF_ERROR(runner_.Forward(batch, &logits));
+  DQ_RETURN_IF_ERROR(runner_.Forward(batch, &logits, CaptureHooks()));
+  int64_t first_row = 0;
   for (size_t i = 0; i < in.size(); ++i) {
-    Verify(*in[i], logits.row(logits.item_first_row[i]), logits.vocab);
+    Verify(*in[i], logits.row(logits.item_first_row[i]), logits.vocab, first_row);
+    first_row += static_cast<int64_t>(batch.items[i].tokens.size());
   }
   return absl::OkStatus();
 }
 
-void DecodeBatcher::Verify(Sequence& s, const float* rows, int vocab) {
+void DecodeBatcher::ObserveKept(Sequence& s, int base, int kept, int64_t first_row) {
+  if (!capture_ || !s.draft_begun) return;
+  options_.drafter->ObserveTarget(s.id, base, kept, capture_->Rows(first_row, kept));
+}
+
+void DecodeBatcher::Verify(Sequence& s, const float* rows, int vocab, int64_t first_row) {
   const int fed = static_cast<int>(s.input.size());
   const int base = s.kv.num_tokens - fed;
   if (s.speculate) {
@@ -371,6 +392,7 @@ void DecodeBatcher::Verify(Sequence& s, const float* rows, int vocab) {
   if (!s.speculate) return;
   if (fed > 1) s.k.Update(fed - 1, accepted);
   options_.drafter->Accept(s.id, accepted);
+  ObserveKept(s, base, accepted + 1, first_row);
 }
 
 void DecodeBatcher::CountEmitted(Sequence& s, bool accepted_draft) {

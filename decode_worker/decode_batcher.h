@@ -29,6 +29,7 @@
 #include "engine/model/model_runner.h"
 #include "engine/sampler/sampling_params.h"
 #include "engine/spec/drafter.h"
+#include "engine/spec/hidden_capture.h"
 #include "engine/spec/spec_config.h"
 
 namespace dq::decode {
@@ -62,7 +63,9 @@ struct DecodeBatcherOptions {
   // An error fails the request. Empty: the KV is in the blocks already (CPU).
   std::function<absl::Status(const std::string& lease_id)> land_kv;
   // Speculative decoding: a deterministic (point-mass) drafter, or null for plain decoding. Not
-  // owned; must outlive the batcher. Only the engine thread calls it.
+  // owned; must outlive the batcher. Only the engine thread calls it. A drafter that reads the
+  // target's hidden states (target_layers(), DFlash) gets the kept tokens' rows after every
+  // step (Drafter::ObserveTarget); the runner must then expose them (the CPU backend).
   Drafter* drafter = nullptr;
   SpecConfig spec;
   // Engine thread, before a speculating sequence's first draft: gives the drafter the prompt
@@ -124,7 +127,12 @@ class DecodeBatcher {
   void BeginDrafts(const std::vector<Sequence*>& in);
   // Verifies every sequence's input in one forward pass with all logits.
   absl::Status SpecStep(Batch& batch, const std::vector<Sequence*>& in);
-  void Verify(Sequence& s, const float* rows, int vocab);
+  // `first_row`: the sequence's first fed token in the pass (its hidden-state rows).
+  void Verify(Sequence& s, const float* rows, int vocab, int64_t first_row);
+  // Hands the drafter the target's hidden states of the `kept` tokens fed from `first_row`
+  // (positions base ..), when it reads them.
+  void ObserveKept(Sequence& s, int base, int kept, int64_t first_row);
+  ForwardHooks CaptureHooks() { return capture_ ? capture_->Hooks() : ForwardHooks{}; }
   // Counts one emitted token of a speculating sequence's step (before Emit can end its stream,
   // so the final response carries the totals).
   void CountEmitted(Sequence& s, bool accepted_draft);
@@ -140,6 +148,8 @@ class DecodeBatcher {
   KvLeaseTable& leases_;
   const DecodeBatcherOptions options_;
   const int max_context_;
+  // The target layers the drafter reads, captured in every step (null: it reads none).
+  std::unique_ptr<HiddenCapture> capture_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "decode_worker/target_prompt_features.h"
+#include "engine/spec/dflash_drafter.h"
 #include "engine/spec/self_drafter.h"
 #include "worker_common/device_backend.h"
 #include "worker_common/worker_identity.h"
@@ -97,22 +99,25 @@ absl::Status DecodeServer::CreateServingDrafter(const DecodeServerOptions& o,
   if (o.speculative == "none" || o.speculative.empty()) {
     if (o.drafter.enabled()) {
       return absl::InvalidArgumentError(
-          "--draft-format/--draft-weights give the self drafter its weights; add "
-          "--speculative self");
+          "--draft-format/--draft-weights give a drafter its weights; add --speculative self "
+          "(or --speculative dflash with --draft-weights DIR)");
     }
     return absl::OkStatus();
   }
   bo->spec.k = o.spec_k;
   DQ_RETURN_IF_ERROR(Validate(bo->spec));
   if (o.speculative == "self") return CreateSelfDrafter(o, bo);
+  if (o.speculative == "dflash") return CreateDFlashDrafter(o, bo);
   if (o.drafter.enabled()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--draft-format/--draft-weights are the self drafter's; --speculative ",
+        absl::StrCat("--draft-format/--draft-weights are the self and dflash drafters'; "
+                     "--speculative ",
                      o.speculative, " takes no weights"));
   }
   if (o.speculative != "ngram") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--speculative ", o.speculative, ": the decode worker drafts with none, ngram or self"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--speculative ", o.speculative,
+                     ": the decode worker drafts with none, ngram, self or dflash"));
   }
   DQ_ASSIGN_OR_RETURN(drafter_, CreateDrafter(o.speculative, model_.runner->config()));
   bo->drafter = drafter_.get();
@@ -167,6 +172,59 @@ absl::Status DecodeServer::CreateSelfDrafter(const DecodeServerOptions& o,
       return v1::DRAFTER_PROMPT_SHIPPED;
     }
     DQ_RETURN_IF_ERROR(d->Begin(sequence, prompt));
+    return v1::DRAFTER_PROMPT_RECOMPUTED;
+  };
+  return absl::OkStatus();
+}
+
+absl::Status DecodeServer::CreateDFlashDrafter(const DecodeServerOptions& o,
+                                               DecodeBatcherOptions* bo) {
+  if (o.drafter.weights.empty() || !o.drafter.format.empty()) {
+    return absl::InvalidArgumentError(
+        "--speculative dflash needs --draft-weights DIR (a DFlash drafter checkpoint made for "
+        "this model, e.g. by dq-tool make-dflash) and no --draft-format");
+  }
+  if (model_.device.cuda) return absl::UnimplementedError(worker::kDFlashNeedsCpu);
+  KvBlockPool& pool = model_.runner->kv_pool();
+  DFlashDrafterOptions d;
+  d.threads = o.threads;
+  d.kv_block_size = pool.block_size();
+  // As the self drafter's: a sequence whose context does not fit decodes without drafts.
+  d.kv_capacity = std::min(pool.options().num_blocks * d.kv_block_size, kMaxDrafterKvTokens);
+  DQ_ASSIGN_OR_RETURN(std::unique_ptr<DFlashDrafter> dflash,
+                      DFlashDrafter::Load(o.drafter.weights, *model_.phase_weights().checkpoint,
+                                          model_.runner->config(), d, &dflash_checkpoint_));
+  if (o.spec_k > dflash->max_draft_tokens()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--spec-k ", o.spec_k, " is more than the dflash drafter drafts in one step (",
+        dflash->max_draft_tokens(), "); use --spec-k ", dflash->max_draft_tokens(), " or less"));
+  }
+  drafter_staging_ = worker::CreateHostCopyKvStaging(dflash->kv_pool());
+  DFlashDrafter* dd = dflash.get();
+  drafter_ = std::move(dflash);
+  bo->drafter = drafter_.get();
+  if (!transport_->supports_device_memory()) {
+    drafter_regions_ = std::make_unique<DrafterKvRegions>(
+        *transport_, *drafter_staging_,
+        worker::DrafterKvLayout("dflash", dd->kv_pool(), *drafter_staging_),
+        worker::DFlashFingerprint(dd->config(), *dflash_checkpoint_));
+  }
+  spdlog::info(
+      "dq-decode: dflash drafter {} ({} layers, block {}, target layers {}), prompt context "
+      "from the prefill worker when it runs the same drafter ({})",
+      o.drafter.weights, dd->config().layers.num_layers, dd->config().block_size,
+      dd->target_layers().size(),
+      drafter_regions_ ? drafter_regions_->fingerprint() : "not over this transport");
+  bo->begin_draft = [dd, runner = model_.runner.get(), regions = drafter_regions_.get()](
+                        uint64_t sequence, std::span<const int32_t> prompt,
+                        const ShippedDrafterKv* shipped) -> absl::StatusOr<v1::DrafterPrompt> {
+    if (shipped != nullptr && regions != nullptr) {
+      DQ_RETURN_IF_ERROR(
+          dd->BeginWithContext(sequence, static_cast<int>(prompt.size()),
+                               [&](const KvSequence& kv) { return regions->Land(*shipped, kv); }));
+      return v1::DRAFTER_PROMPT_SHIPPED;
+    }
+    DQ_RETURN_IF_ERROR(ObservePromptOnTarget(*runner, *dd, sequence, prompt));
     return v1::DRAFTER_PROMPT_RECOMPUTED;
   };
   return absl::OkStatus();

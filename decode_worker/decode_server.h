@@ -31,14 +31,15 @@ struct DecodeServerOptions {
   int max_batch = 4;
   int lease_ttl_ms = 120000;
   int reap_interval_ms = 100;  // how often expired leases are reclaimed
-  // Speculative decoding: "none", "ngram" (a weightless drafter) or "self" (the model on
-  // cheaper weights, `drafter`; its prompt KV comes from the prefill worker when that one runs
-  // the same drafter, else it is computed here: docs/speculative.md), and its most tokens per
-  // step (adaptive below that).
+  // Speculative decoding: "none", "ngram" (a weightless drafter), "self" (the model on
+  // cheaper weights, `drafter`) or "dflash" (a DFlash checkpoint, drafter.weights; CPU only);
+  // a drafter's prompt KV comes from the prefill worker when that one runs the same drafter,
+  // else it is computed here (docs/speculative.md). And its most tokens per step (adaptive
+  // below that).
   std::string speculative = "none";
   int spec_k = 4;
   worker::DrafterWeightsOptions drafter;
-  int threads = 0;  // the self drafter's compute threads (0: all), as the worker's --threads
+  int threads = 0;  // the drafter's compute threads (0: all), as the worker's --threads
   // Tests: lease regions are the "device" cache's blocks although the transport moves host
   // memory (LeaseRegions' direct_for_tests).
   bool direct_for_tests = false;
@@ -75,6 +76,9 @@ class DecodeServer {
   absl::Status CreateServingDrafter(const DecodeServerOptions& o, DecodeBatcherOptions* bo);
   // The self drafter, its cache's staging and regions, and how its sequences begin.
   absl::Status CreateSelfDrafter(const DecodeServerOptions& o, DecodeBatcherOptions* bo);
+  // The DFlash drafter (o.drafter.weights), likewise; its prompt context is shipped or
+  // recomputed from the target's hidden states (target_prompt_features.h).
+  absl::Status CreateDFlashDrafter(const DecodeServerOptions& o, DecodeBatcherOptions* bo);
   void ReapLoop(std::chrono::milliseconds interval);
 
   worker::PhaseModel& model_;
@@ -82,7 +86,8 @@ class DecodeServer {
   std::unique_ptr<KvLeaseTable> leases_;
   std::unique_ptr<LeaseRegions> regions_;
   std::unique_ptr<Model> drafter_weights_;  // the self drafter's (before drafter_: it maps them)
-  std::unique_ptr<Drafter> drafter_;        // null: plain decoding
+  std::unique_ptr<Checkpoint> dflash_checkpoint_;  // the DFlash drafter's, likewise
+  std::unique_ptr<Drafter> drafter_;               // null: plain decoding
   std::unique_ptr<worker::KvStaging> drafter_staging_;
   std::unique_ptr<DrafterKvRegions> drafter_regions_;
   std::unique_ptr<DecodeBatcher> batcher_;

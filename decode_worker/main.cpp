@@ -9,6 +9,7 @@
 #include "common/device_spec.h"
 #include "common/logging.h"
 #include "decode_worker/decode_server.h"
+#include "worker_common/drafter_weights.h"
 #include "worker_common/phase_model.h"
 #include "worker_common/worker_identity.h"
 
@@ -57,9 +58,10 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "where to compute and keep the KV cache: cpu, cuda or cuda:N (a CUDA build)")
       ->check(DeviceValidator());
   app.add_option("--speculative", f.server.speculative,
-                 "speculative decoding: none (default), ngram (prompt lookup, no weights) or self "
-                 "(the model on cheaper weights: --draft-format or --draft-weights)")
-      ->check(CLI::IsMember({"none", "ngram", "self"}));
+                 "speculative decoding: none (default), ngram (prompt lookup, no weights), self "
+                 "(the model on cheaper weights: --draft-format or --draft-weights) or dflash "
+                 "(a DFlash block drafter: --draft-weights DIR; --device cpu)")
+      ->check(CLI::IsMember({"none", "ngram", "self", "dflash"}));
   app.add_option("--draft-format", f.server.drafter.format,
                  "self drafter: quantize the model to this format at load (int2, lut2, int4, "
                  "int8, bf16...); give the prefill worker the same to ship its prompt KV");
@@ -67,7 +69,8 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "self drafter: intN group size (0: the format's default)")
       ->check(CLI::Range(0, 4096));
   app.add_option("--draft-weights", f.server.drafter.weights,
-                 "self drafter: a checkpoint of its own (sharing the model's tokenizer)");
+                 "self drafter: a checkpoint of its own (sharing the model's tokenizer); dflash: "
+                 "the DFlash drafter's directory (made for this model)");
   app.add_option("--spec-k", f.server.spec_k,
                  "tokens drafted per step (at most; adaptive below), 1..16")
       ->check(CLI::Range(1, 16));
@@ -98,6 +101,11 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   dq::SetLogLevel(f.log_level);
+  // Before any weight is read: the CUDA backend has no hidden-state hook yet.
+  if (f.server.speculative == "dflash" && f.model.device != "cpu") {
+    std::fprintf(stderr, "dq-decode: %s\n", dq::worker::kDFlashNeedsCpu);
+    return 2;
+  }
 
   // Every thread started from here on inherits the mask, so only sigwait below sees them.
   sigset_t signals;

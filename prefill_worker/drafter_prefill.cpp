@@ -11,8 +11,26 @@ namespace v1 = dqserve::v1;
 absl::StatusOr<std::unique_ptr<DrafterPrefill>> DrafterPrefill::Create(
     const worker::PhaseModel& pm, const DrafterPrefillOptions& o) {
   std::unique_ptr<DrafterPrefill> d(new DrafterPrefill());
-  DQ_ASSIGN_OR_RETURN(d->weights_, worker::LoadDrafterWeights(pm, o.weights, o.threads));
-  if (d->weights_->config.vocab_size != pm.runner->config().vocab_size) {
+  d->kind_ = o.kind;
+  if (o.kind == "self") {
+    DQ_RETURN_IF_ERROR(d->LoadSelf(pm, o));
+  } else if (o.kind == "dflash") {
+    DQ_RETURN_IF_ERROR(d->LoadDFlash(pm, o));
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("drafter kind '", o.kind, "': the prefill worker ships self or dflash"));
+  }
+  DQ_ASSIGN_OR_RETURN(d->senders_, KvSenders::Create(o.senders));
+  DQ_ASSIGN_OR_RETURN(d->stager_,
+                      KvStager::Create(*d->staging_, o.arena_blocks, d->senders_->any_host()));
+  DQ_RETURN_IF_ERROR(d->senders_->Register(d->stager_->host_source(), d->stager_->device_source()));
+  return d;
+}
+
+absl::Status DrafterPrefill::LoadSelf(const worker::PhaseModel& pm,
+                                      const DrafterPrefillOptions& o) {
+  DQ_ASSIGN_OR_RETURN(weights_, worker::LoadDrafterWeights(pm, o.weights, o.threads));
+  if (weights_->config.vocab_size != pm.runner->config().vocab_size) {
     return absl::InvalidArgumentError(
         "the drafter's vocabulary differs from the model's; give a drafter that shares its "
         "tokenizer");
@@ -27,19 +45,66 @@ absl::StatusOr<std::unique_ptr<DrafterPrefill>> DrafterPrefill::Create(
   ro.kv_block_size = pm.runner->kv_pool().block_size();
   ro.kv_capacity = o.kv_capacity_tokens;
   ro.backend = std::move(backend);
-  DQ_ASSIGN_OR_RETURN(d->runner_,
-                      ModelRunner::Create(*d->weights_->checkpoint, d->weights_->config, ro));
-  DQ_ASSIGN_OR_RETURN(d->staging_, worker::CreateKvStaging(*d->runner_, pm.device));
-  DQ_ASSIGN_OR_RETURN(d->senders_, KvSenders::Create(o.senders));
-  DQ_ASSIGN_OR_RETURN(d->stager_,
-                      KvStager::Create(*d->staging_, o.arena_blocks, d->senders_->any_host()));
-  DQ_RETURN_IF_ERROR(d->senders_->Register(d->stager_->host_source(), d->stager_->device_source()));
-  d->fingerprint_ = worker::DrafterFingerprint(*d->weights_);
-  d->layout_ = worker::DrafterKvLayout(*d->runner_, *d->staging_);
-  return d;
+  DQ_ASSIGN_OR_RETURN(runner_, ModelRunner::Create(*weights_->checkpoint, weights_->config, ro));
+  DQ_ASSIGN_OR_RETURN(staging_, worker::CreateKvStaging(*runner_, pm.device));
+  fingerprint_ = worker::DrafterFingerprint(*weights_);
+  layout_ = worker::DrafterKvLayout(*runner_, *staging_);
+  return absl::OkStatus();
+}
+
+absl::Status DrafterPrefill::LoadDFlash(const worker::PhaseModel& pm,
+                                        const DrafterPrefillOptions& o) {
+  if (pm.device.cuda) return absl::UnimplementedError(worker::kDFlashNeedsCpu);
+  if (o.weights.weights.empty() || !o.weights.format.empty()) {
+    return absl::InvalidArgumentError(
+        "--speculative dflash needs --draft-weights DIR (the decode worker's DFlash drafter) "
+        "and no --draft-format");
+  }
+  DFlashDrafterOptions d;
+  d.threads = o.threads;
+  d.kv_block_size = pm.runner->kv_pool().block_size();
+  d.kv_capacity = o.kv_capacity_tokens;
+  // Its target parts bind to this phase's weights; only fc, the norms and each layer's k/v
+  // projections run here (WriteContext).
+  DQ_ASSIGN_OR_RETURN(dflash_,
+                      DFlashDrafter::Load(o.weights.weights, *pm.phase_weights().checkpoint,
+                                          pm.runner->config(), d, &dflash_checkpoint_));
+  const ModelConfig& target = pm.runner->config();
+  capture_ = std::make_unique<HiddenCapture>(dflash_->target_layers(), target.num_layers,
+                                             target.hidden_size);
+  staging_ = worker::CreateHostKvStaging(dflash_->kv_pool());
+  fingerprint_ = worker::DFlashFingerprint(dflash_->config(), *dflash_checkpoint_);
+  layout_ = worker::DrafterKvLayout("dflash", dflash_->kv_pool(), *staging_);
+  return absl::OkStatus();
 }
 
 DrafterPrefill::~DrafterPrefill() = default;
+
+KvBlockPool& DrafterPrefill::kv_pool() { return dflash_ ? dflash_->kv_pool() : runner_->kv_pool(); }
+
+void DrafterPrefill::AddTargetHooks(ForwardHooks* hooks) {
+  if (capture_) hooks->on_layer_output = capture_->Hooks().on_layer_output;
+}
+
+absl::Status DrafterPrefill::Forward(std::span<const DrafterChunk> chunks) {
+  if (dflash_) {
+    std::vector<DFlashDrafter::ContextChunk> context;
+    for (const DrafterChunk& c : chunks) {
+      const auto rows = capture_->Rows(c.target_row, static_cast<int64_t>(c.tokens.size()));
+      if (rows.empty()) {
+        return absl::InternalError("the target's pass captured no hidden states for the drafter");
+      }
+      context.push_back({c.kv, c.start, rows});
+    }
+    return dflash_->WriteContext(context, [&](int layer) { stager_->LayerWritten(layer); });
+  }
+  Batch batch{Phase::kPrefill, {}};
+  for (const DrafterChunk& c : chunks) batch.items.push_back({c.kv, c.tokens, false});
+  ForwardHooks hooks;
+  hooks.on_layer_kv_written = [&](int layer) { stager_->LayerWritten(layer); };
+  BatchLogits logits;
+  return runner_->Forward(batch, &logits, hooks);
+}
 
 std::string DrafterPrefill::Mismatch(const v1::DrafterKvLease& lease) const {
   std::vector<std::string> why;
@@ -48,8 +113,9 @@ std::string DrafterPrefill::Mismatch(const v1::DrafterKvLease& lease) const {
   if (lease.fingerprint() != fingerprint_) {
     why.push_back(absl::StrCat("the decode worker drafts with weights ", lease.fingerprint(),
                                ", this prefill worker's drafter is ", fingerprint_,
-                               "; give both workers the same --draft-format/--draft-group-size "
-                               "(or --draft-weights) and --model"));
+                               "; give both workers the same --speculative, "
+                               "--draft-format/--draft-group-size (or --draft-weights) and "
+                               "--model"));
   }
   if (senders_->Find(lease.endpoint().transport()) == nullptr) {
     why.push_back(absl::StrCat("the drafter's regions want KV transport '",

@@ -14,6 +14,7 @@
 #include "common/device_spec.h"
 #include "common/logging.h"
 #include "prefill_worker/prefill_server.h"
+#include "worker_common/drafter_weights.h"
 #include "worker_common/phase_model.h"
 
 namespace {
@@ -26,7 +27,28 @@ struct Flags {
   std::string log_level = "info";
   std::string odp_source = "disk";
   std::string odp_image_dir;
+  std::string speculative;  // empty: self when drafter weights are given
 };
+
+// --speculative against the drafter flags; an error message, or empty.
+std::string ResolveDrafter(Flags& f) {
+  if (f.speculative.empty()) f.speculative = f.server.drafter.enabled() ? "self" : "none";
+  if (f.speculative == "none") {
+    if (f.server.drafter.enabled()) {
+      return "--draft-format/--draft-weights give a drafter; drop them or name it with "
+             "--speculative self|dflash";
+    }
+    return "";
+  }
+  if (!f.server.drafter.enabled()) {
+    return "--speculative " + f.speculative +
+           " needs the decode worker's drafter flags (--draft-format or --draft-weights)";
+  }
+  // Before any weight is read: the CUDA backend has no hidden-state hook yet.
+  if (f.speculative == "dflash" && f.model.device != "cpu") return dq::worker::kDFlashNeedsCpu;
+  f.server.drafter_kind = f.speculative;
+  return "";
+}
 
 void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--model", f.model.model, "model: a .gguf file or a HF checkpoint directory")
@@ -74,8 +96,13 @@ void AddFlags(CLI::App& app, Flags& f) {
       ->check(CLI::IsMember({"disk", "host"}));
   app.add_option("--odp-image-dir", f.odp_image_dir,
                  "ODP: where the image file is written (default: the temp folder)");
-  // The self drafter (docs/speculative.md): give the decode worker's drafter flags to compute
-  // and ship its prompt KV here too.
+  // The drafter (docs/speculative.md): give the decode worker's drafter flags to compute and
+  // ship its prompt KV here too.
+  app.add_option("--speculative", f.speculative,
+                 "the decode worker's drafter whose prompt KV this worker ships: self (the "
+                 "default with --draft-format/--draft-weights) or dflash (--draft-weights DIR; "
+                 "--device cpu); none: ship no drafter KV")
+      ->check(CLI::IsMember({"none", "self", "dflash"}));
   app.add_option("--draft-format", f.server.drafter.format,
                  "self drafter: quantize the model to this format (as the decode worker's "
                  "--draft-format) and ship the drafter's prompt KV with the target's");
@@ -83,7 +110,8 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "self drafter: intN group size (0: the format's default)")
       ->check(CLI::Range(0, 4096));
   app.add_option("--draft-weights", f.server.drafter.weights,
-                 "self drafter: a checkpoint of its own (as the decode worker's --draft-weights)");
+                 "self drafter: a checkpoint of its own (as the decode worker's --draft-weights); "
+                 "dflash: the DFlash drafter's directory");
   app.add_option("--io-timeout-ms", f.server.io_timeout_ms,
                  "how long a KV transfer may make no progress before it fails")
       ->check(CLI::PositiveNumber)
@@ -104,6 +132,10 @@ std::vector<std::string> SplitList(const std::string& s) {
 }
 
 int Run(Flags& f) {
+  if (const std::string bad = ResolveDrafter(f); !bad.empty()) {
+    spdlog::error("dq-prefill: {}", bad);
+    return 2;
+  }
   f.server.transports = SplitList(f.transports);
   // The pool: the flag, or twice the model's context (so one context-long prompt can be
   // prefilled while the next one starts); never below the token budget.

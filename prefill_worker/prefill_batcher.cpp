@@ -129,7 +129,7 @@ std::vector<PrefillBatcher::Step> PrefillBatcher::FormBatch() {
       pool.extend(j->kv, n);
       if (j->drafter_writer) {
         // Sized like the target's pool, so it fits whenever the target's does.
-        KvBlockPool& dpool = options_.drafter_runner->kv_pool();
+        KvBlockPool& dpool = options_.drafter->kv_pool();
         if (dpool.can_extend(j->drafter_kv, n)) {
           dpool.extend(j->drafter_kv, n);
         } else {
@@ -162,6 +162,7 @@ void PrefillBatcher::RunBatch(const std::vector<Step>& steps) {
   stager_.Begin(std::move(spans));
   ForwardHooks hooks;
   hooks.on_layer_kv_written = [&](int layer) { stager_.LayerWritten(layer); };
+  if (options_.drafter != nullptr) options_.drafter->AddTargetHooks(&hooks);
   BatchLogits logits;
   const auto t0 = std::chrono::steady_clock::now();
   absl::Status forward = runner_.Forward(batch, &logits, hooks);
@@ -170,7 +171,7 @@ void PrefillBatcher::RunBatch(const std::vector<Step>& steps) {
   // Every layer posted (or its writer failed) before anyone waits for the transfers.
   stager_.End(forward.ok());
   // The target's transfers go on while the drafter computes.
-  if (forward.ok() && options_.drafter_runner != nullptr) RunDrafter(steps);
+  if (forward.ok() && options_.drafter != nullptr) RunDrafter(steps);
   for (size_t i = 0; i < steps.size(); ++i) {
     PrefillJob* job = steps[i].job;
     // The transfers read these blocks: they end before the blocks are rewritten or freed.
@@ -201,26 +202,26 @@ void PrefillBatcher::RunBatch(const std::vector<Step>& steps) {
 }
 
 void PrefillBatcher::RunDrafter(const std::vector<Step>& steps) {
-  const int bs = options_.drafter_runner->kv_pool().block_size();
-  Batch batch{Phase::kPrefill, {}};
+  const int bs = options_.drafter->kv_pool().block_size();
+  std::vector<DrafterChunk> chunks;
   std::vector<KvStager::Span> spans;
   std::vector<PrefillJob*> jobs;
+  int64_t target_row = 0;  // the step's first token in the target's pass
   for (const Step& s : steps) {
     PrefillJob* job = s.job;
+    target_row += s.count;
     if (!job->drafter_writer) continue;
-    batch.items.push_back(
-        {&job->drafter_kv, std::span<const int32_t>(job->prompt.data() + s.start, s.count), false});
+    chunks.push_back({&job->drafter_kv,
+                      std::span<const int32_t>(job->prompt.data() + s.start, s.count), s.start,
+                      target_row - s.count});
     spans.push_back({job->drafter_writer.get(), s.start / bs, (s.start + s.count + bs - 1) / bs,
                      job->drafter_kv.blocks});
     jobs.push_back(job);
   }
   if (jobs.empty()) return;
-  KvStager& stager = *options_.drafter_stager;
+  KvStager& stager = options_.drafter->stager();
   stager.Begin(std::move(spans));
-  ForwardHooks hooks;
-  hooks.on_layer_kv_written = [&](int layer) { stager.LayerWritten(layer); };
-  BatchLogits logits;
-  const absl::Status forward = options_.drafter_runner->Forward(batch, &logits, hooks);
+  const absl::Status forward = options_.drafter->Forward(chunks);
   stager.End(forward.ok());
   if (forward.ok()) return;
   for (PrefillJob* job : jobs) {
@@ -234,7 +235,7 @@ void PrefillBatcher::DropDrafter(PrefillJob& job, const std::string& why) {
   if (job.drafter_skipped.empty()) job.drafter_skipped = why;
   // Precondition (every caller): no post of this writer is in flight.
   job.drafter_writer.reset();
-  if (!job.drafter_kv.blocks.empty()) options_.drafter_runner->kv_pool().release(job.drafter_kv);
+  if (!job.drafter_kv.blocks.empty()) options_.drafter->kv_pool().release(job.drafter_kv);
 }
 
 void PrefillBatcher::CollectPromptLogprobs(PrefillJob& job, const Step& step,
@@ -282,7 +283,7 @@ void PrefillBatcher::Finish(PrefillJob* job, absl::Status status) {
     job->result.transfer_bytes += job->drafter_writer->bytes_posted();
     job->drafter_writer.reset();
   }
-  if (!job->drafter_kv.blocks.empty()) options_.drafter_runner->kv_pool().release(job->drafter_kv);
+  if (!job->drafter_kv.blocks.empty()) options_.drafter->kv_pool().release(job->drafter_kv);
   job->result.drafter_skipped = job->drafter_skipped;
   auto it = std::find_if(jobs_.begin(), jobs_.end(), [&](const auto& j) { return j.get() == job; });
   std::shared_ptr<PrefillJob> keep = std::move(*it);  // the handler may drop its copy at once

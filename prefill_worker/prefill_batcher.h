@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine/model/model_runner.h"
+#include "prefill_worker/drafter_prefill.h"
 #include "prefill_worker/prefill_job.h"
 
 namespace dq::prefill {
@@ -26,11 +27,11 @@ class KvStager;
 
 struct PrefillBatcherOptions {
   int token_budget = 2048;  // most prompt tokens in one forward pass
-  // The self drafter (drafter_prefill.h), or null: after each iteration's target pass, the jobs
-  // with a drafter writer run the same chunks through the drafter, its KV shipped by
-  // `drafter_stager` as the target's is by the batcher's stager. Both must outlive the batcher.
-  ModelRunner* drafter_runner = nullptr;
-  KvStager* drafter_stager = nullptr;
+  // The drafter (drafter_prefill.h), or null: after each iteration's target pass (which runs
+  // with the drafter's target hooks), the jobs with a drafter writer run the same chunks through
+  // the drafter, its KV shipped by the drafter's stager as the target's is by the batcher's.
+  // Must outlive the batcher.
+  DrafterPrefill* drafter = nullptr;
 };
 
 struct PrefillLoad {

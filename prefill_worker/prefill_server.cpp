@@ -16,6 +16,7 @@ absl::StatusOr<std::unique_ptr<DrafterPrefill>> CreateDrafter(const worker::Phas
                                                               const KvSendersOptions& senders,
                                                               int arena_blocks) {
   DrafterPrefillOptions o;
+  o.kind = options.drafter_kind;
   o.weights = options.drafter;
   o.threads = options.drafter_threads;
   const KvCacheOptions& kv = model.runner->kv_pool().options();
@@ -31,12 +32,12 @@ absl::StatusOr<std::unique_ptr<DrafterPrefill>> CreateDrafter(const worker::Phas
   std::erase(o.senders.kinds, std::string("nccl"));
   if (o.senders.kinds.empty()) {
     return absl::InvalidArgumentError(
-        "the self drafter's prompt KV ships over tcp (or ucx, local), not nccl; add tcp to "
+        "the drafter's prompt KV ships over tcp (or ucx, local), not nccl; add tcp to "
         "--transports or drop --draft-format/--draft-weights (the decode worker then computes "
         "it)");
   }
   DQ_ASSIGN_OR_RETURN(std::unique_ptr<DrafterPrefill> d, DrafterPrefill::Create(model, o));
-  spdlog::info("dq-prefill: self drafter {} ({}), its prompt KV shipped with the target's",
+  spdlog::info("dq-prefill: {} drafter {} ({}), its prompt KV shipped with the target's", d->kind(),
                options.drafter.weights.empty() ? options.drafter.format : options.drafter.weights,
                d->fingerprint());
   return d;
@@ -77,8 +78,7 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Start(
   PrefillBatcherOptions bo{options.token_budget};
   if (options.drafter.enabled()) {
     DQ_ASSIGN_OR_RETURN(s->drafter_, CreateDrafter(*s->model_, options, so, arena_blocks));
-    bo.drafter_runner = &s->drafter_->runner();
-    bo.drafter_stager = &s->drafter_->stager();
+    bo.drafter = s->drafter_.get();
   }
   s->batcher_ = std::make_unique<PrefillBatcher>(*s->model_->runner, *s->stager_, bo);
 

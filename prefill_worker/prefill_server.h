@@ -30,8 +30,10 @@ struct PrefillServerOptions {
   int staging_extra_blocks = 31;
   // Tests: transports whose posts read the "device" cache directly (KvSendersOptions).
   std::set<std::string> direct_for_tests;
-  // The self drafter whose prompt KV this worker computes and ships too (drafter_prefill.h);
-  // not enabled: none. Its compute threads are `drafter_threads`.
+  // The drafter whose prompt KV this worker computes and ships too (drafter_prefill.h): "self"
+  // or "dflash" (`drafter.weights` its directory); `drafter` not enabled: none. Its compute
+  // threads are `drafter_threads`.
+  std::string drafter_kind = "self";
   worker::DrafterWeightsOptions drafter;
   int drafter_threads = 0;
 };
@@ -65,7 +67,7 @@ class PrefillServer {
   std::unique_ptr<worker::PhaseModel> model_;
   std::unique_ptr<KvStager> stager_;  // before senders_: they register its memory
   std::unique_ptr<KvSenders> senders_;
-  std::unique_ptr<DrafterPrefill> drafter_;  // null: no self drafter
+  std::unique_ptr<DrafterPrefill> drafter_;  // null: no drafter
   std::unique_ptr<PrefillBatcher> batcher_;
   std::unique_ptr<PrefillService> service_;
   std::unique_ptr<grpc::Server> server_;

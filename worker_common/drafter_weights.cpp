@@ -30,6 +30,24 @@ class Fnv1a {
 
 constexpr int64_t kSampleBytes = 4096;
 
+void AddTensors(const Checkpoint& checkpoint, Fnv1a& h) {
+  for (const TensorView& t : checkpoint.tensors()) {
+    h.Add(t.name);
+    h.Add(DTypeName(t.dtype));
+    for (int64_t d : t.shape) h.Add(d);
+    h.Add(t.nbytes);
+    if (t.data == nullptr || t.nbytes <= 0) continue;
+    const int64_t n = std::min(kSampleBytes, t.nbytes);
+    for (int64_t at : {int64_t{0}, (t.nbytes - n) / 2, t.nbytes - n}) h.Add(t.data + at, n);
+  }
+}
+
+std::string Hex(uint64_t v) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(v));
+  return hex;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> LoadDrafterWeights(const PhaseModel& pm,
@@ -51,18 +69,22 @@ std::string DrafterFingerprint(const Model& draft) {
                     int64_t{c.vocab_size}}) {
     h.Add(v);
   }
-  for (const TensorView& t : draft.checkpoint->tensors()) {
-    h.Add(t.name);
-    h.Add(DTypeName(t.dtype));
-    for (int64_t d : t.shape) h.Add(d);
-    h.Add(t.nbytes);
-    if (t.data == nullptr || t.nbytes <= 0) continue;
-    const int64_t n = std::min(kSampleBytes, t.nbytes);
-    for (int64_t at : {int64_t{0}, (t.nbytes - n) / 2, t.nbytes - n}) h.Add(t.data + at, n);
+  AddTensors(*draft.checkpoint, h);
+  return absl::StrCat(StorageScheme(draft), ":", Hex(h.value()));
+}
+
+std::string DFlashFingerprint(const DFlashConfig& config, const Checkpoint& draft) {
+  Fnv1a h;
+  const ModelConfig& c = config.layers;
+  h.Add("dflash");
+  for (int64_t v : {int64_t{c.num_layers}, int64_t{c.hidden_size}, int64_t{c.num_kv_heads},
+                    int64_t{c.head_dim}, int64_t{config.block_size}, int64_t{config.mask_token_id},
+                    int64_t{config.num_target_layers}}) {
+    h.Add(v);
   }
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h.value()));
-  return absl::StrCat(StorageScheme(draft), ":", hex);
+  for (int id : config.target_layer_ids) h.Add(int64_t{id});
+  AddTensors(draft, h);
+  return absl::StrCat("dflash:", Hex(h.value()));
 }
 
 dqserve::v1::KvLayout DrafterKvLayout(ModelRunner& runner, const KvStaging& staging) {
@@ -74,6 +96,19 @@ dqserve::v1::KvLayout DrafterKvLayout(ModelRunner& runner, const KvStaging& stag
   l.set_head_dim(c.head_dim);
   l.set_kv_dtype(std::string(staging.kv_dtype()));
   l.set_block_size(runner.kv_pool().block_size());
+  return l;
+}
+
+dqserve::v1::KvLayout DrafterKvLayout(const std::string& architecture, const KvBlockPool& pool,
+                                      const KvStaging& staging) {
+  const KvCacheOptions& o = pool.options();
+  dqserve::v1::KvLayout l;
+  l.set_architecture(architecture);
+  l.set_num_layers(o.num_layers);
+  l.set_num_kv_heads(o.num_kv_heads);
+  l.set_head_dim(o.head_dim);
+  l.set_kv_dtype(std::string(staging.kv_dtype()));
+  l.set_block_size(o.block_size);
   return l;
 }
 

@@ -12,10 +12,17 @@
 #include "dqserve/v1/worker.pb.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/model_runner.h"
+#include "engine/spec/dflash_config.h"
 #include "worker_common/kv_staging.h"
 #include "worker_common/phase_model.h"
 
 namespace dq::worker {
+
+// Why --speculative dflash refuses a GPU worker (both workers' start-up checks say it).
+inline constexpr char kDFlashNeedsCpu[] =
+    "--speculative dflash reads the target's per-layer hidden states, which only the cpu backend "
+    "exposes so far; run the workers with --device cpu, or draft with --speculative ngram or "
+    "self on cuda";
 
 struct DrafterWeightsOptions {
   std::string format;   // --draft-format: quantize the model's base checkpoint to this
@@ -37,7 +44,16 @@ absl::StatusOr<std::unique_ptr<Model>> LoadDrafterWeights(const PhaseModel& pm,
 // (practically) never do. Cheap: a few KiB per tensor.
 std::string DrafterFingerprint(const Model& draft);
 
+// "dflash:<hash>": the same hash over a DFlash drafter's checkpoint (`draft`) and the config
+// fields that shape its context K/V (layers, heads, head dim, block size, mask token, target
+// layer ids), so two workers agree on it only when their context K/V is the same function of
+// the target's hidden states.
+std::string DFlashFingerprint(const DFlashConfig& config, const Checkpoint& draft);
+
 // The KV layout of a drafter's cache: its model's shape, the cache's dtype and block size.
 dqserve::v1::KvLayout DrafterKvLayout(ModelRunner& runner, const KvStaging& staging);
+// The same for a cache that is a bare pool (DFlash's context K/V), named `architecture`.
+dqserve::v1::KvLayout DrafterKvLayout(const std::string& architecture, const KvBlockPool& pool,
+                                      const KvStaging& staging);
 
 }  // namespace dq::worker

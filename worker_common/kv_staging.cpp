@@ -202,6 +202,10 @@ absl::StatusOr<std::unique_ptr<KvStaging>> CreateKvStaging(ModelRunner& runner,
   return CreateDeviceKvStaging(runner, device);
 }
 
+std::unique_ptr<KvStaging> CreateHostKvStaging(KvBlockPool& pool) {
+  return std::make_unique<HostKvStaging>(pool, /*staged=*/false);
+}
+
 std::unique_ptr<KvStaging> CreateHostCopyKvStaging(KvBlockPool& pool, bool pool_as_device) {
   return std::make_unique<HostKvStaging>(pool, /*staged=*/true, pool_as_device);
 }

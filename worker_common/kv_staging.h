@@ -112,6 +112,11 @@ class KvStaging {
 absl::StatusOr<std::unique_ptr<KvStaging>> CreateKvStaging(ModelRunner& runner,
                                                            const DeviceSpec& device);
 
+// In place over a host pool of its own (no runner): a DFlash drafter's context KV cache
+// (engine/spec/dflash_drafter.h), which transports read and write where it is. `pool` must
+// outlive it.
+std::unique_ptr<KvStaging> CreateHostKvStaging(KvBlockPool& pool);
+
 // Staged copies over a CPU runner's host pool, with memcpy (CopyOut's on a thread of its own):
 // the staged paths of both workers without a GPU (tests). With `pool_as_device`, device_tensor()
 // also hands out the pool, standing in for a GPU cache on the direct (nccl) paths of the workers

@@ -57,8 +57,8 @@ struct DFlashDrafter::Scratch {
   int64_t block_rows = 0;  // items * block_size
   std::vector<float> ctx;  // [ctx_rows, hidden]: hidden_norm(fc(features))
   std::vector<float> x, h, q, k, v, attn, gate, up;
-  std::vector<cpu::AttentionToken> queries;                // one per block row
-  std::vector<std::pair<State*, int>> ctx_pos, block_pos;  // each row's sequence and position
+  std::vector<cpu::AttentionToken> queries;  // one per block row
+  RowPositions ctx_pos, block_pos;           // each row's blocks and position
 };
 
 DFlashDrafter::DFlashDrafter(DFlashConfig config, ModelConfig target, DFlashWeights weights,
@@ -161,10 +161,16 @@ void DFlashDrafter::ObserveTarget(uint64_t sequence, int first, int count,
   }
   const size_t base = s.pending.size();
   s.pending.insert(s.pending.end(), features.begin(), features.end());
+  NormalizeFeatures(s.pending.data() + base, count);
+}
+
+void DFlashDrafter::NormalizeFeatures(float* features, int count) const {
+  const int hidden = target_.hidden_size;
+  const int64_t width = static_cast<int64_t>(config_.target_layer_ids.size()) * hidden;
   for (size_t j = 0; j < config_.target_layer_ids.size(); ++j) {
     if (config_.target_layer_ids[j] != target_.num_layers - 1) continue;
     for (int t = 0; t < count; ++t) {
-      float* row = s.pending.data() + base + static_cast<size_t>(t) * width + j * hidden;
+      float* row = features + t * width + static_cast<int64_t>(j) * hidden;
       cpu::RmsNorm(row, weights_.last_norm.data(), 1, hidden, target_.rms_norm_eps, row);
     }
   }
@@ -230,19 +236,43 @@ absl::StatusOr<std::vector<float>> DFlashDrafter::BlockLogits(uint64_t sequence,
 }
 
 void DFlashDrafter::ProjectContext(std::span<Item> items, Scratch& s) {
-  const int hidden = config_.layers.hidden_size;
   std::vector<float> features;
   for (Item& it : items) {
     features.insert(features.end(), it.state->pending.begin(), it.state->pending.end());
     const int first = it.state->kv.num_tokens;
-    for (int p = first; p < it.position; ++p) s.ctx_pos.push_back({it.state, p});
+    for (int p = first; p < it.position; ++p) s.ctx_pos.push_back({&it.state->kv, p});
   }
-  s.ctx_rows = static_cast<int64_t>(s.ctx_pos.size());
+  ProjectFeatures(features.data(), static_cast<int64_t>(s.ctx_pos.size()), s);
+}
+
+void DFlashDrafter::ProjectFeatures(const float* features, int64_t rows, Scratch& s) {
+  const int hidden = config_.layers.hidden_size;
+  s.ctx_rows = rows;
   s.ctx.resize(s.ctx_rows * hidden);
   if (s.ctx_rows == 0) return;
-  cpu::MatMul(weights_.fc, features.data(), s.ctx_rows, s.ctx.data(), threads_);
+  cpu::MatMul(weights_.fc, features, s.ctx_rows, s.ctx.data(), threads_);
   cpu::RmsNorm(s.ctx.data(), weights_.hidden_norm.data(), s.ctx_rows, hidden,
                config_.layers.rms_norm_eps, s.ctx.data());
+}
+
+void DFlashDrafter::WriteKv(int layer, const float* in, int64_t rows, const RowPositions& where,
+                            Scratch& s) {
+  if (rows == 0) return;
+  const DecoderLayerWeights& w = weights_.layers[layer];
+  const ModelConfig& c = config_.layers;
+  cpu::MatMul(w.k, in, rows, s.k.data(), threads_);
+  cpu::MatMul(w.v, in, rows, s.v.data(), threads_);
+  cpu::RmsNorm(s.k.data(), w.k_norm.data(), rows * c.num_kv_heads, c.head_dim, c.rms_norm_eps,
+               s.k.data());
+  for (int64_t t = 0; t < rows; ++t) {
+    const auto [kv, pos] = where[t];
+    float* kt = s.k.data() + t * c.kv_dim();
+    cpu::ApplyRope(kt, c.num_kv_heads, c.head_dim, pos, inv_freq_.data(), c.rope_style);
+    const int32_t block = kv->blocks[pos / pool_.block_size()];
+    const int slot = pos % pool_.block_size();
+    std::copy_n(kt, c.kv_dim(), pool_.key(layer, block, slot));
+    std::copy_n(s.v.data() + t * c.kv_dim(), c.kv_dim(), pool_.value(layer, block, slot));
+  }
 }
 
 void DFlashDrafter::Layer(int layer, Scratch& s) {
@@ -254,25 +284,8 @@ void DFlashDrafter::Layer(int layer, Scratch& s) {
   cpu::RmsNorm(s.q.data(), w.q_norm.data(), m * c.num_heads, c.head_dim, c.rms_norm_eps,
                s.q.data());
   // K/V of the new context rows (projected features, not layer-normed) and of the block rows.
-  auto write_kv = [&](const float* in, int64_t rows,
-                      const std::vector<std::pair<State*, int>>& where) {
-    if (rows == 0) return;
-    cpu::MatMul(w.k, in, rows, s.k.data(), threads_);
-    cpu::MatMul(w.v, in, rows, s.v.data(), threads_);
-    cpu::RmsNorm(s.k.data(), w.k_norm.data(), rows * c.num_kv_heads, c.head_dim, c.rms_norm_eps,
-                 s.k.data());
-    for (int64_t t = 0; t < rows; ++t) {
-      const auto [state, pos] = where[t];
-      float* kt = s.k.data() + t * c.kv_dim();
-      cpu::ApplyRope(kt, c.num_kv_heads, c.head_dim, pos, inv_freq_.data(), c.rope_style);
-      const int32_t block = state->kv.blocks[pos / pool_.block_size()];
-      const int slot = pos % pool_.block_size();
-      std::copy_n(kt, c.kv_dim(), pool_.key(layer, block, slot));
-      std::copy_n(s.v.data() + t * c.kv_dim(), c.kv_dim(), pool_.value(layer, block, slot));
-    }
-  };
-  write_kv(s.ctx.data(), s.ctx_rows, s.ctx_pos);
-  write_kv(s.h.data(), m, s.block_pos);
+  WriteKv(layer, s.ctx.data(), s.ctx_rows, s.ctx_pos, s);
+  WriteKv(layer, s.h.data(), m, s.block_pos, s);
   for (int64_t t = 0; t < m; ++t) {
     cpu::ApplyRope(s.q.data() + t * c.q_dim(), c.num_heads, c.head_dim, s.block_pos[t].second,
                    inv_freq_.data(), c.rope_style);
@@ -308,7 +321,7 @@ absl::Status DFlashDrafter::Forward(std::span<Item> items, std::vector<float>* l
     for (int j = 0; j < bs; ++j, x += c.hidden_size) {
       const int32_t token = j == 0 ? it.anchor : config_.mask_token_id;
       DequantizeRow(weights_.embedding.dtype, weights_.embedding.row(token), x, c.hidden_size);
-      s.block_pos.push_back({it.state, it.position + j});
+      s.block_pos.push_back({&it.state->kv, it.position + j});
       // Non-causal: every block query sees the whole context and the whole block.
       s.queries.push_back({&it.state->kv, it.position + bs - 1});
     }
@@ -328,6 +341,58 @@ absl::Status DFlashDrafter::Forward(std::span<Item> items, std::vector<float>* l
   cpu::RmsNorm(rows.data(), weights_.norm.data(), n, c.hidden_size, c.rms_norm_eps, rows.data());
   logits->resize(n * target_.vocab_size);
   cpu::MatMul(weights_.lm_head, rows.data(), n, logits->data(), threads_);
+  return absl::OkStatus();
+}
+
+absl::Status DFlashDrafter::WriteContext(std::span<const ContextChunk> chunks,
+                                         const std::function<void(int layer)>& on_layer) {
+  const int64_t width = static_cast<int64_t>(config_.target_layer_ids.size()) * target_.hidden_size;
+  std::vector<float> features;
+  Scratch s;
+  for (const ContextChunk& c : chunks) {
+    const int64_t count = static_cast<int64_t>(c.features.size()) / width;
+    if (c.kv == nullptr || count * width != static_cast<int64_t>(c.features.size()) ||
+        c.first < 0 ||
+        static_cast<int64_t>(c.kv->blocks.size()) * pool_.block_size() < c.first + count) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "dflash drafter: a context chunk at position ", c.first, " has ", c.features.size(),
+          " feature values (rows of ", width, ") or too few blocks for them"));
+    }
+    const size_t base = features.size();
+    features.insert(features.end(), c.features.begin(), c.features.end());
+    NormalizeFeatures(features.data() + base, static_cast<int>(count));
+    for (int p = c.first; p < c.first + count; ++p) s.ctx_pos.push_back({c.kv, p});
+  }
+  ProjectFeatures(features.data(), static_cast<int64_t>(s.ctx_pos.size()), s);
+  s.k.resize(s.ctx_rows * config_.layers.kv_dim());
+  s.v.resize(s.ctx_rows * config_.layers.kv_dim());
+  for (int layer = 0; layer < config_.layers.num_layers; ++layer) {
+    WriteKv(layer, s.ctx.data(), s.ctx_rows, s.ctx_pos, s);
+    if (on_layer) on_layer(layer);
+  }
+  for (const ContextChunk& c : chunks) {
+    const int end = c.first + static_cast<int>(c.features.size() / width);
+    c.kv->num_tokens = std::max(c.kv->num_tokens, end);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DFlashDrafter::BeginWithContext(
+    uint64_t sequence, int tokens, const std::function<absl::Status(const KvSequence&)>& land) {
+  End(sequence);
+  KvSequence kv;
+  if (tokens < 0 || tokens > context_limit_ || !pool_.can_extend(kv, tokens)) {
+    return absl::ResourceExhaustedError(absl::StrCat("dflash drafter: no room for a context of ",
+                                                     tokens, " tokens in its KV pool"));
+  }
+  pool_.extend(kv, tokens);
+  const absl::Status landed = land(kv);
+  if (!landed.ok()) {
+    pool_.release(kv);
+    return landed;
+  }
+  kv.num_tokens = tokens;
+  states_[sequence].kv = std::move(kv);
   return absl::OkStatus();
 }
 

@@ -12,6 +12,7 @@
 // the context and Accept has nothing to roll back. Drafting is greedy (a point mass).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -78,6 +79,26 @@ class DFlashDrafter : public Drafter {
   // One block forward for all sequences whose context reaches their last history token.
   absl::Status Propose(std::span<const DraftRequest> requests, std::span<Draft> drafts) override;
 
+  // The context K/V of prompt positions, computed where the target's prefill ran (a prefill
+  // worker) instead of from ObserveTarget here: docs/speculative.md, "Disaggregation".
+  struct ContextChunk {
+    KvSequence* kv = nullptr;         // blocks of kv_pool() covering [first, first + count)
+    int first = 0;                    // the chunk's first position
+    std::span<const float> features;  // [count, target_layers() x hidden], as ObserveTarget's
+  };
+  // Writes each chunk's context K/V into its blocks, exactly as Propose would compute it from
+  // the same features (fc, hidden_norm, each layer's k/v projection, k_norm, RoPE), one layer
+  // after the other; `on_layer(layer)` runs once that layer's K/V of every chunk is in the pool.
+  // Sets each kv's num_tokens to first + count. Errors: features of the wrong size, blocks that
+  // do not cover the chunk.
+  absl::Status WriteContext(std::span<const ContextChunk> chunks,
+                            const std::function<void(int layer)>& on_layer);
+  // Begin with a context of `tokens` positions whose K/V `land` copies into the sequence's new
+  // blocks (what WriteContext wrote elsewhere). ResourceExhausted when the pool has no room;
+  // land's error. Either way the sequence is then unknown (no drafts for it).
+  absl::Status BeginWithContext(uint64_t sequence, int tokens,
+                                const std::function<absl::Status(const KvSequence&)>& land);
+
   // The raw draft logits of one block for `sequence` (whose context covers positions
   // [0, position)) anchored on `anchor` at `position`: block_size - 1 rows of vocab_size, row j
   // for block position j + 1. The context stays; the block is not kept. For the reference test.
@@ -102,6 +123,7 @@ class DFlashDrafter : public Drafter {
     int rows = 0;      // logits rows wanted (block positions 1 .. rows)
   };
   struct Scratch;
+  using RowPositions = std::vector<std::pair<KvSequence*, int>>;  // each row's blocks, position
 
   DFlashDrafter(DFlashConfig config, ModelConfig target, DFlashWeights weights,
                 const DFlashDrafterOptions& options);
@@ -111,6 +133,12 @@ class DFlashDrafter : public Drafter {
   // Runs the items' blocks; `logits` gets each item's rows in order.
   absl::Status Forward(std::span<Item> items, std::vector<float>* logits);
   void ProjectContext(std::span<Item> items, Scratch& s);
+  // fc + hidden_norm over `rows` feature rows (s.ctx).
+  void ProjectFeatures(const float* features, int64_t rows, Scratch& s);
+  // The target's last layer is read after the target's final norm (in place, `count` rows).
+  void NormalizeFeatures(float* features, int count) const;
+  // Layer `layer`'s K/V of `rows` inputs into the pool at `where` (k_norm, RoPE).
+  void WriteKv(int layer, const float* in, int64_t rows, const RowPositions& where, Scratch& s);
   void Layer(int layer, Scratch& s);
 
   DFlashConfig config_;

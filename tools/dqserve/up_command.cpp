@@ -66,8 +66,9 @@ std::vector<std::string> PhaseArgs(const DeployConfig& c, const PhaseConfig& p,
   return a;
 }
 
-// The self drafter's weights, for the decode worker and (the same) for the prefill worker.
+// The drafter's weights, for the decode worker and (the same) for the prefill worker.
 std::vector<std::string> DrafterArgs(const PhaseConfig& d) {
+  if (d.speculative == "dflash") return {"--draft-weights", d.draft_weights};
   if (d.speculative != "self") return {};
   std::vector<std::string> a;
   if (!d.draft_format.empty()) a.insert(a.end(), {"--draft-format", d.draft_format});
@@ -110,8 +111,10 @@ std::vector<ChildSpec> Children(const DeployConfig& c, const std::string& log_le
   ChildSpec prefill{"prefill", {SiblingBinary("dq-prefill")}, {}};
   for (auto& s : PhaseArgs(c, c.prefill, log_level)) prefill.argv.push_back(s);
   // The same drafter on the prefill worker: it ships the drafter's prompt KV with the target's.
-  if (c.decode.draft_on_prefill)
+  if (c.decode.draft_on_prefill && !drafter.empty()) {
+    prefill.argv.insert(prefill.argv.end(), {"--speculative", c.decode.speculative});
     prefill.argv.insert(prefill.argv.end(), drafter.begin(), drafter.end());
+  }
   prefill.argv.insert(
       prefill.argv.end(),
       {"--transports", c.transfer.backend, "--token-budget", std::to_string(c.prefill.token_budget),

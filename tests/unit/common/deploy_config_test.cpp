@@ -53,11 +53,27 @@ TEST(DeployConfig, DecodeSpeculation) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->decode.speculative, "ngram");
   EXPECT_EQ(c->decode.spec_k, 6);
-  ExpectError("model = \"m\"\n[decode]\nspeculative = \"dflash\"\n", "speculative must be");
+  ExpectError("model = \"m\"\n[decode]\nspeculative = \"eagle\"\n", "speculative must be");
+  // DFlash: its directory only, and CPU workers (the CUDA backend has no hidden-state hook).
+  ExpectError("model = \"m\"\n[decode]\nspeculative = \"dflash\"\n", "needs draft_weights");
+  ExpectError(
+      "model = \"m\"\n[decode]\nspeculative = \"dflash\"\ndraft_weights = \"d\"\n"
+      "draft_format = \"int4\"\n",
+      "no draft_format");
+  ExpectError(
+      "model = \"m\"\n[decode]\nspeculative = \"dflash\"\ndraft_weights = \"d\"\n"
+      "device = \"cuda\"\n",
+      "only the cpu backend");
+  auto dflash = ParseDeployConfig(
+      "model = \"m\"\n[decode]\nspeculative = \"dflash\"\ndraft_weights = \"d\"\n", "/base");
+  ASSERT_TRUE(dflash.ok()) << dflash.status();
+  EXPECT_EQ(dflash->decode.speculative, "dflash");
+  EXPECT_EQ(dflash->decode.draft_weights, "/base/d");
+  EXPECT_TRUE(dflash->decode.draft_on_prefill);
   // The self drafter needs exactly one source of weights; they are its alone.
   ExpectError("model = \"m\"\n[decode]\nspeculative = \"self\"\n", "exactly one of draft_format");
   ExpectError("model = \"m\"\n[decode]\nspeculative = \"ngram\"\ndraft_format = \"int4\"\n",
-              "set speculative = \"self\"");
+              "set speculative = \"self\"");  // (or dflash)
   auto self = ParseDeployConfig(
       "model = \"m\"\n[decode]\nspeculative = \"self\"\ndraft_format = \"int4\"\n"
       "draft_group_size = 64\ndraft_on_prefill = false\n");

@@ -222,6 +222,78 @@ TEST_F(DFlashDrafterTest, IncrementalContextMatchesFreshContext) {
   }
 }
 
+// The context K/V written where the target's prefill ran (WriteContext, in chunks, on another
+// drafter instance) and landed into a fresh drafter (BeginWithContext) drafts exactly what the
+// drafter computes from ObserveTarget itself: what a prefill worker ships is the drafter's own.
+TEST_F(DFlashDrafterTest, ShippedContextMatchesObservedContext) {
+  const std::string dir = Make("shipped");
+  auto own = Open(dir);
+  auto writer = Open(dir);
+  auto receiver = Open(dir);
+  ASSERT_TRUE(own && writer && receiver);
+  const std::vector<int32_t> ids = model_->tokenizer.Encode("one two three four five six seven");
+  const int n = static_cast<int>(ids.size()) - 1;  // the context; ids[n] is the anchor
+  ASSERT_GE(n, 5);
+  HiddenCapture capture(own->target_layers(), model_->config.num_layers,
+                        model_->config.hidden_size);
+  KvSequence seq;
+  runner_->kv_pool().extend(seq, n);
+  BatchLogits logits;
+  ASSERT_TRUE(runner_
+                  ->Forward(Batch{Phase::kPrefill, {{&seq, std::span(ids).first(n), false}}},
+                            &logits, capture.Hooks())
+                  .ok());
+  runner_->kv_pool().release(seq);
+  ASSERT_TRUE(own->Begin(1, ids).ok());
+  own->ObserveTarget(1, 0, n, capture.Rows(0, n));
+  auto want = own->BlockLogits(1, ids[n], n);
+  ASSERT_TRUE(want.ok()) << want.status();
+
+  KvBlockPool& wpool = writer->kv_pool();
+  KvSequence shipped;
+  wpool.extend(shipped, n);
+  int layers_written = 0;
+  for (auto [first, count] : {std::pair{0, 3}, std::pair{3, n - 3}}) {
+    const DFlashDrafter::ContextChunk chunk{&shipped, first, capture.Rows(first, count)};
+    ASSERT_TRUE(writer->WriteContext({&chunk, 1}, [&](int) { ++layers_written; }).ok());
+  }
+  EXPECT_EQ(layers_written, 2 * writer->config().layers.num_layers);
+  EXPECT_EQ(shipped.num_tokens, n);
+  const int bs = wpool.block_size();
+  auto land = [&](const KvSequence& into) {
+    for (int l = 0; l < writer->config().layers.num_layers; ++l) {
+      for (int p = 0; p < n; ++p) {
+        const int64_t kv = writer->config().layers.kv_dim();
+        std::copy_n(wpool.key(l, shipped.blocks[p / bs], p % bs), kv,
+                    receiver->kv_pool().key(l, into.blocks[p / bs], p % bs));
+        std::copy_n(wpool.value(l, shipped.blocks[p / bs], p % bs), kv,
+                    receiver->kv_pool().value(l, into.blocks[p / bs], p % bs));
+      }
+    }
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE(receiver->BeginWithContext(2, n, land).ok());
+  EXPECT_EQ(receiver->context_tokens(2), n);
+  auto got = receiver->BlockLogits(2, ids[n], n);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), want->size());
+  for (size_t i = 0; i < got->size(); ++i) ASSERT_NEAR((*got)[i], (*want)[i], 1e-5f) << i;
+  // A failed landing leaves the sequence unknown and its blocks free.
+  const int free_before = receiver->kv_pool().num_free_blocks();
+  EXPECT_FALSE(
+      receiver->BeginWithContext(3, n, [](const KvSequence&) { return absl::DataLossError("x"); })
+          .ok());
+  EXPECT_EQ(receiver->kv_pool().num_free_blocks(), free_before);
+  EXPECT_EQ(receiver->context_tokens(3), 0);
+  // Features of the wrong width are refused.
+  const std::vector<float> bad(7, 0.f);
+  const DFlashDrafter::ContextChunk wrong{&shipped, 0, bad};
+  EXPECT_FALSE(writer->WriteContext({&wrong, 1}, {}).ok());
+  wpool.release(shipped);
+  own->End(1);
+  receiver->End(2);
+}
+
 TEST_F(DFlashDrafterTest, MismatchedConfigurationFailsAtStartUp) {
   const std::string good = Make("good");
   auto expect_error = [&](const std::function<void(nlohmann::json&)>& edit,
