@@ -6,7 +6,8 @@
   hidden states, projects the drafter's context K/V and ships it with the target's KV
   (usage.speculative.drafter_prompt == "shipped", dq_spec_drafter_prompts_shipped_total);
   greedy output equals plain output and the same request with "speculative": false, token for
-  token; drafted/accepted counters move;
+  token, also with the prompts decoded in one batch; drafted/accepted counters move;
+- the same with the prompt prefilled in chunks (--token-budget 5): the same drafts;
 - a prefill worker without the drafter, or with another DFlash drafter (another fingerprint):
   the decode worker recomputes the prompt's hidden states itself ("recomputed"), the same tokens,
   the logs say why; and every draft the decode worker proposes (its debug log) is the same as
@@ -19,9 +20,10 @@ import os
 import re
 import subprocess
 import tempfile
+import threading
 
 import spec_self
-from serve_lib import (BIN, SRC, TINY, Deployment, Up, check, fail, finish, generate_cli)
+from serve_lib import (BIN, SRC, TINY, Deployment, Up, chat, check, fail, finish, generate_cli)
 from spec_self import run_prompts
 
 PROMPTS = [("Say hi to everyone in the room please.", 24), ("What is two plus two?", 16)]
@@ -66,6 +68,35 @@ def bad_setups(work, drafter, foreign):
             "dqserve up, dflash on cuda")
 
 
+def per_request(log):
+    """Each request's drafts (position, tokens) from the decode worker's debug log, in the order
+    the requests first drafted."""
+    drafts = {}
+    for rid, at, tokens in re.findall(r"dq-decode: (\S+): at (\d+) drafted \[([0-9,]*)\]", log):
+        drafts.setdefault(rid, []).append((at, tokens))
+    return list(drafts.values())
+
+
+def concurrent(port, references):
+    """All prompts at once: they share decode steps (the capture's rows are per sequence), and
+    each still gets plain decoding's tokens."""
+    results = [None] * len(PROMPTS)
+
+    def send(i):
+        results[i] = chat(port, PROMPTS[i][0], PROMPTS[i][1])
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(PROMPTS))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for (prompt, _), want, (status, body) in zip(PROMPTS, references, results):
+        sp = body.get("usage", {}).get("speculative") or {} if status == 200 else {}
+        check(status == 200 and body["choices"][0]["message"]["content"] == want and
+              sp.get("drafted_tokens", 0) > 0 and sp.get("drafter_prompt") == "shipped",
+              f"concurrent {prompt[:24]!r}: same text as without a drafter, drafted ({sp})")
+
+
 def main():
     work = tempfile.mkdtemp(prefix="dq-spec-dflash-")
     drafter = os.path.join(work, "dflash")
@@ -96,7 +127,23 @@ def main():
                     prefill_args=["--speculative", "dflash", "--draft-weights", drafter]) as dep:
         run_prompts(dep.port, "workers, shipped", "shipped", references, min_accepted=0)
         shipped = DRAFTS.findall(dep.log("decode0"))
+        alone = per_request(dep.log("decode0"))
+        concurrent(dep.port, references)
+        together = per_request(dep.log("decode0"))[len(alone):]
+        # The CPU kernels' results do not depend on the batch, so a sequence drafts the same
+        # tokens whether it decodes alone or beside another (its own rows of the capture).
+        check(sorted(together) == sorted(alone) and len(alone) == len(PROMPTS),
+              f"decoded together, each request drafts what it drafted alone "
+              f"({[len(d) for d in together]} vs {[len(d) for d in alone]} drafts)")
     check(len(shipped) > 0, f"the decode worker logged its {len(shipped)} drafts")
+    # Prompts prefilled in chunks of 5 tokens (mid-block): the context is written chunk by chunk.
+    with Deployment(TINY, decode_args=decode,
+                    prefill_args=["--speculative", "dflash", "--draft-weights", drafter,
+                                  "--token-budget", "5"]) as dep:
+        run_prompts(dep.port, "shipped, chunked prefill", "shipped", references, min_accepted=0)
+        got = DRAFTS.findall(dep.log("decode0"))
+        check(got == shipped, f"shipped, chunked prefill: the same {len(got)} drafts as from one "
+              f"pass ({len(shipped)})")
     cases = [("no drafter on prefill", [], "runs no drafter"),
              ("another dflash drafter on prefill", ["--speculative", "dflash", "--draft-weights",
                                                     other], "the decode worker drafts with weights")]
