@@ -219,10 +219,13 @@ absl::Status DecodeServer::CreateDFlashDrafter(const DecodeServerOptions& o,
                         uint64_t sequence, std::span<const int32_t> prompt,
                         const ShippedDrafterKv* shipped) -> absl::StatusOr<v1::DrafterPrompt> {
     if (shipped != nullptr && regions != nullptr) {
-      DQ_RETURN_IF_ERROR(
+      const absl::Status landed =
           dd->BeginWithContext(sequence, static_cast<int>(prompt.size()),
-                               [&](const KvSequence& kv) { return regions->Land(*shipped, kv); }));
-      return v1::DRAFTER_PROMPT_SHIPPED;
+                               [&](const KvSequence& kv) { return regions->Land(*shipped, kv); });
+      if (landed.ok()) return v1::DRAFTER_PROMPT_SHIPPED;
+      // The recomputed context waits for pool room if that was short; drafting starts then.
+      spdlog::warn("dq-decode: the shipped dflash context did not land ({}); computing it here",
+                   landed.ToString());
     }
     DQ_RETURN_IF_ERROR(ObservePromptOnTarget(*runner, *dd, sequence, prompt));
     return v1::DRAFTER_PROMPT_RECOMPUTED;

@@ -45,9 +45,9 @@ TEST(ObservePromptOnTarget, SameContextAsTheTargetsOwnPrefill) {
   KvSequence seq;
   pool.extend(seq, n);
   BatchLogits logits;
-  ASSERT_TRUE(
-      (*runner)->Forward(Batch{Phase::kPrefill, {{&seq, ids, false}}}, &logits, capture.Hooks())
-          .ok());
+  ASSERT_TRUE((*runner)
+                  ->Forward(Batch{Phase::kPrefill, {{&seq, ids, false}}}, &logits, capture.Hooks())
+                  .ok());
   pool.release(seq);
   ASSERT_TRUE((*own)->Begin(1, ids).ok());
   (*own)->ObserveTarget(1, 0, n, capture.Rows(0, n));
