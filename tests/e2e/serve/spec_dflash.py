@@ -18,6 +18,7 @@
   on cuda (both workers and the TOML)."""
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -130,6 +131,10 @@ def main():
         alone = per_request(dep.log("decode0"))
         concurrent(dep.port, references)
         together = per_request(dep.log("decode0"))[len(alone):]
+        ids = re.findall(r"dq-decode: (\S+): at \d+ drafted", dep.log("decode0"))[len(shipped):]
+        switches = sum(a != b for a, b in zip(ids, ids[1:]))
+        print(f"note: the concurrent requests' drafts alternate {switches} times in the log "
+              "(> 1: they shared decode steps)")
         # The CPU kernels' results do not depend on the batch, so a sequence drafts the same
         # tokens whether it decodes alone or beside another (its own rows of the capture).
         check(sorted(together) == sorted(alone) and len(alone) == len(PROMPTS),
@@ -156,6 +161,7 @@ def main():
             check(reason in dep.log("prefill0"), f"{label}: the prefill log says why ({reason})")
             check("computing the drafter's prompt KV here" in dep.log("decode0"),
                   f"{label}: the decode log says it computes the drafter's prompt KV")
+    shutil.rmtree(work, ignore_errors=True)
     finish()
 
 
