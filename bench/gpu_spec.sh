@@ -38,7 +38,8 @@ out = sys.argv[1]
 runs = []
 for n in ("bf16", "int4"):
     try:
-        runs.append(json.load(open(f"{out}/spec_{n}.json")))
+        text = open(f"{out}/spec_{n}.json").read()
+        runs.append(json.loads(text[text.index("{"):]))  # older binaries logged to stdout first
     except (OSError, ValueError):
         continue
 doc = {"benchmark": "speculative decoding, CUDA, SmolLM2-135M-Instruct", "script": "bench/gpu_spec.sh",

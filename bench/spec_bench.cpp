@@ -7,6 +7,9 @@
 //   dq-bench-spec --target DIR|GGUF [--draft-base DIR|GGUF] --arm plain --arm ngram
 //                 --arm self:int2:64 [--arm weights:PATH] [--batch 1 --batch 4] [--k 4]
 //                 [--device cuda]
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <iostream>
@@ -266,6 +269,8 @@ absl::Status Run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // stdout carries the JSON only; the engine's log lines go to stderr.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("dq-bench-spec"));
   CLI::App app{"dq-bench-spec: speculative decoding speed on the CPU or a CUDA GPU"};
   Options o;
   app.add_option("--target", o.target, "the target: a .gguf file or HF checkpoint")->required();

@@ -48,6 +48,15 @@ absl::StatusOr<LeasePlan> LeasePlan::Create(const v1::KvLease& lease, int num_to
                                    static_cast<int>(r.num_layers()), r.layer_stride_bytes(),
                                    r.first_block(), blocks});
   }
+  plan.by_layer_.resize(2 * static_cast<size_t>(local.num_layers));
+  for (size_t k = 0; k < plan.regions_.size(); ++k) {
+    const Region& r = plan.regions_[k];
+    const int first = std::max(r.first_layer, 0);
+    const int last = std::min(r.first_layer + r.num_layers, local.num_layers);
+    for (int layer = first; layer < last; ++layer) {
+      plan.by_layer_[plan.LayerSlot(r.tensor, layer)].push_back(static_cast<int>(k));
+    }
+  }
   // Every block the prompt writes must have a home, checked now so that a bad lease fails before
   // any compute rather than halfway through a layer.
   for (v1::KvTensor t : {v1::KV_TENSOR_KEY, v1::KV_TENSOR_VALUE}) {
@@ -64,13 +73,16 @@ absl::StatusOr<LeasePlan> LeasePlan::Create(const v1::KvLease& lease, int num_to
   return plan;
 }
 
+size_t LeasePlan::LayerSlot(v1::KvTensor tensor, int layer) const {
+  return (tensor == v1::KV_TENSOR_KEY ? 0 : static_cast<size_t>(local_.num_layers)) +
+         static_cast<size_t>(layer);
+}
+
 int LeasePlan::Find(v1::KvTensor tensor, int layer, int32_t block) const {
-  for (size_t k = 0; k < regions_.size(); ++k) {
+  if (layer < 0 || layer >= local_.num_layers) return -1;
+  for (int k : by_layer_[LayerSlot(tensor, layer)]) {
     const Region& r = regions_[k];
-    if (r.tensor == tensor && layer >= r.first_layer && layer < r.first_layer + r.num_layers &&
-        block >= r.first_block && block < r.first_block + r.num_blocks) {
-      return static_cast<int>(k);
-    }
+    if (block >= r.first_block && block < r.first_block + r.num_blocks) return k;
   }
   return -1;
 }

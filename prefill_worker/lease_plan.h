@@ -63,10 +63,15 @@ class LeasePlan {
   };
   // The region holding (tensor, layer, remote block), or -1.
   int Find(dqserve::v1::KvTensor tensor, int layer, int32_t block) const;
+  // by_layer_'s index of (tensor, layer); layer in [0, local_.num_layers).
+  size_t LayerSlot(dqserve::v1::KvTensor tensor, int layer) const;
 
   LocalKvGeometry local_;
   std::vector<int32_t> remote_blocks_;
   std::vector<Region> regions_;
+  // The regions covering each (tensor, local layer), K's layers first: Find scans only these
+  // (an 8K-token prompt checks and copies ~37K blocks; a scan over every region cost ms).
+  std::vector<std::vector<int>> by_layer_;
 };
 
 }  // namespace dq::prefill

@@ -121,11 +121,14 @@ class CudaDecoderModel : public ForwardModel {
   cudaStream_t stream() const { return stream_; }
   // Null unless the layers are streamed (benchmarks drop its page cache between passes).
   const WeightStreamer* weight_streamer() const { return streamer_.get(); }
-  // The decode batch sizes captured as CUDA graphs so far (tests: the graph path was taken).
-  std::vector<int> captured_decode_batches() const {
+  // The decode batch sizes captured as CUDA graphs so far (tests: the graph path was taken);
+  // with `row_split`, those of speculative verification passes (rows = tokens).
+  std::vector<int> captured_decode_batches(bool row_split = false) const {
     std::lock_guard lock(*mu_);
     std::vector<int> sizes;
-    for (const auto& entry : graphs_) sizes.push_back(entry.first);
+    for (const auto& [key, exec] : graphs_) {
+      if (key.second == row_split) sizes.push_back(key.first);
+    }
     return sizes;
   }
 
@@ -176,7 +179,8 @@ class CudaDecoderModel : public ForwardModel {
   cudaStream_t stream_ = nullptr;
   std::shared_ptr<LinearContext> linear_;
   std::shared_ptr<Buffers> buf_;
-  mutable std::map<int, cudaGraphExec_t> graphs_;      // by decode batch size
+  // By (decode rows, row_split): a verification pass's linears differ (LinearArgs).
+  mutable std::map<std::pair<int, bool>, cudaGraphExec_t> graphs_;
   mutable std::unique_ptr<SamplingBuffers> sampling_;  // made on the first ForwardSample
 };
 

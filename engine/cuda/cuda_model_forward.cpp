@@ -49,6 +49,19 @@ absl::Status CheckBatch(const Batch& batch, const KvBlockPool& pool, const Model
   return absl::OkStatus();
 }
 
+// Whether `batch` runs as one decode row per token (Plan::row_split): a decode-phase batch with
+// some multi-token item, every multi-token item wanting all its logits (rows then map one to one
+// onto logits), and few enough tokens for the decode kernels.
+bool RowSplit(const Batch& batch) {
+  if (batch.phase != Phase::kDecode || batch.num_tokens() > kMaxDecodeSeqs) return false;
+  bool multi = false;
+  for (const BatchItem& it : batch.items) {
+    if (it.tokens.size() > 1 && !it.all_logits) return false;
+    multi = multi || it.tokens.size() > 1;
+  }
+  return multi;
+}
+
 }  // namespace
 
 absl::Status CudaDecoderModel::Prepare(const Batch& batch, const KvBlockPool& pool,
@@ -56,18 +69,32 @@ absl::Status CudaDecoderModel::Prepare(const Batch& batch, const KvBlockPool& po
   Buffers& b = *buf_;
   DQ_RETURN_IF_ERROR(CheckBatch(batch, pool, config_, b.cap_tokens, static_cast<int>(b.cap_seqs)));
   const int bs = pool.block_size();
-  plan->seqs = static_cast<int>(batch.items.size());
   plan->tokens = batch.num_tokens();
+  plan->row_split = RowSplit(batch);
+  // Attention's sequences: the items, or with row_split one per token.
+  plan->seqs =
+      plan->row_split ? static_cast<int>(plan->tokens) : static_cast<int>(batch.items.size());
   plan->decode = true;
   int32_t* m = b.host_meta;
   std::fill(m + b.tables, m + b.tables + plan->seqs * b.max_blocks, 0);
   int64_t t = 0;
+  int row = 0;  // attention sequence
   m[b.cu_seqlens] = 0;
-  for (int s = 0; s < plan->seqs; ++s) {
-    const BatchItem& it = batch.items[s];
+  // Attention sequence `row` ends before token `end` and sees positions [0, ctx).
+  auto close_row = [&](const BatchItem& it, int64_t end, int ctx) {
+    const int64_t begin = m[b.cu_seqlens + row];
+    m[b.cu_seqlens + row + 1] = static_cast<int32_t>(end);
+    m[b.prefix + row] = ctx - static_cast<int>(end - begin);
+    m[b.ctx + row] = ctx;
+    const int nb = std::min<int>(static_cast<int>(it.kv->blocks.size()), b.max_blocks);
+    std::copy_n(it.kv->blocks.begin(), nb, m + b.tables + row * b.max_blocks);
+    ++row;
+  };
+  for (const BatchItem& it : batch.items) {
     const int n0 = it.kv->num_tokens, n = static_cast<int>(it.tokens.size());
-    plan->decode = plan->decode && n == 1 && !it.all_logits && plan->seqs <= kMaxDecodeSeqs;
-    plan->max_q_len = std::max(plan->max_q_len, n);
+    plan->decode = plan->decode && (plan->row_split || (n == 1 && !it.all_logits)) &&
+                   plan->seqs <= kMaxDecodeSeqs;
+    plan->max_q_len = std::max(plan->max_q_len, plan->row_split ? 1 : n);
     plan->logit_rows.push_back({it.all_logits ? t : t + n - 1, it.all_logits ? n : 1});
     plan->num_logit_rows += plan->logit_rows.back().second;
     for (int j = 0; j < n; ++j, ++t) {
@@ -75,12 +102,9 @@ absl::Status CudaDecoderModel::Prepare(const Batch& batch, const KvBlockPool& po
       m[b.ids + t] = it.tokens[j];
       m[b.positions + t] = pos;
       m[b.slots + t] = it.kv->blocks[pos / bs] * bs + pos % bs;
+      if (plan->row_split) close_row(it, t + 1, pos + 1);
     }
-    m[b.cu_seqlens + s + 1] = static_cast<int32_t>(t);
-    m[b.prefix + s] = n0;
-    m[b.ctx + s] = n0 + n;
-    const int nb = std::min<int>(static_cast<int>(it.kv->blocks.size()), b.max_blocks);
-    std::copy_n(it.kv->blocks.begin(), nb, m + b.tables + s * b.max_blocks);
+    if (!plan->row_split) close_row(it, t, n0 + n);
   }
   // Only the used part of each array travels (the block tables' region is large).
   auto upload = [&](int64_t off, int64_t n) {
@@ -178,7 +202,7 @@ void CudaDecoderModel::EnqueueLayer(int l, const Layer& L, const Plan& plan,
   __nv_bfloat16* v = fused ? k + c.kv_dim() : k + T * c.kv_dim();
   __nv_bfloat16* outs[3] = {q, k, v};
   for (size_t i = 0; i < L.qkv.size(); ++i) {
-    LinearForward(L.qkv[i], {h, T, outs[i], nullptr}, *linear_, stream_);
+    LinearForward(L.qkv[i], {h, T, outs[i], nullptr, plan.row_split}, *linear_, stream_);
   }
   QkNormRopeArgs r;
   r.q = q;
@@ -228,7 +252,7 @@ void CudaDecoderModel::EnqueueLayer(int l, const Layer& L, const Plan& plan,
     a.max_q_len = plan.max_q_len;
     PrefillAttentionForward(a, cache, stream_);
   }
-  LinearForward(L.o, {attn, T, nullptr, b.x.get<float>()}, *linear_, stream_);
+  LinearForward(L.o, {attn, T, nullptr, b.x.get<float>(), plan.row_split}, *linear_, stream_);
   RmsNormForward({b.x.get<float>(), nullptr, nullptr, nullptr, L.ffn_norm.get<float>(), h, T,
                   c.hidden_size, c.rms_norm_eps},
                  stream_);
@@ -238,10 +262,10 @@ void CudaDecoderModel::EnqueueLayer(int l, const Layer& L, const Plan& plan,
   __nv_bfloat16* up = gu_fused ? gu + I : gu + T * I;
   __nv_bfloat16* gu_outs[2] = {gate, up};
   for (size_t i = 0; i < L.gate_up.size(); ++i) {
-    LinearForward(L.gate_up[i], {h, T, gu_outs[i], nullptr}, *linear_, stream_);
+    LinearForward(L.gate_up[i], {h, T, gu_outs[i], nullptr, plan.row_split}, *linear_, stream_);
   }
   SwiGluForward({gate, up, gu_fused ? 2 * I : I, h, T, static_cast<int>(I)}, stream_);
-  LinearForward(L.down, {h, T, nullptr, b.x.get<float>()}, *linear_, stream_);
+  LinearForward(L.down, {h, T, nullptr, b.x.get<float>(), plan.row_split}, *linear_, stream_);
 }
 
 void CudaDecoderModel::EnqueueLogits(const Plan& plan, float* host_out) const {
@@ -268,8 +292,10 @@ void CudaDecoderModel::EnqueueLogits(const Plan& plan, float* host_out) const {
                     b.rows_h.get<__nv_bfloat16>(), n, c.hidden_size, c.rms_norm_eps},
                    stream_);
     CUDA_CHECK(cudaMemsetAsync(b.logits.get(), 0, n * vocab * 4, stream_));
-    LinearForward(lm_head_, {b.rows_h.get<__nv_bfloat16>(), n, nullptr, b.logits.get<float>()},
-                  *linear_, stream_);
+    LinearForward(
+        lm_head_,
+        {b.rows_h.get<__nv_bfloat16>(), n, nullptr, b.logits.get<float>(), plan.row_split},
+        *linear_, stream_);
     if (host_out != nullptr) {  // null while capturing a graph (the caller copies after)
       CUDA_CHECK(cudaMemcpyAsync(host_out + at * vocab, b.logits.get(), n * vocab * 4,
                                  cudaMemcpyDeviceToHost, stream_));
@@ -278,7 +304,8 @@ void CudaDecoderModel::EnqueueLogits(const Plan& plan, float* host_out) const {
 }
 
 void CudaDecoderModel::RunDecodeGraph(const Plan& plan) const {
-  auto it = graphs_.find(plan.seqs);
+  const std::pair<int, bool> key{plan.seqs, plan.row_split};
+  auto it = graphs_.find(key);
   if (it == graphs_.end()) {
     // The graph bakes in this batch size and the buffers' addresses; what changes between
     // steps (token ids, positions, slots, block tables, context lengths) is read from `meta`,
@@ -292,7 +319,7 @@ void CudaDecoderModel::RunDecodeGraph(const Plan& plan) const {
     cudaGraphExec_t exec;
     CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
     CUDA_CHECK(cudaGraphDestroy(g));
-    it = graphs_.emplace(plan.seqs, exec).first;
+    it = graphs_.emplace(key, exec).first;
   }
   CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
 }

@@ -19,7 +19,12 @@ struct CudaDecoderModel::Layer {
 struct CudaDecoderModel::Plan {
   int64_t tokens = 0;
   int seqs = 0;
-  bool decode = false;  // every item has exactly one new token
+  bool decode = false;  // every item has exactly one new token (or row_split)
+  // A decode-phase batch of multi-token items (speculative verification) run as one decode
+  // row per token: token j of an item attends to its sequence's first n0 + j + 1 positions,
+  // through the decode kernels and graphs, with row-invariant linears (LinearArgs), so each
+  // row's logits are computed exactly as a one-token decode step computes them.
+  bool row_split = false;
   int max_q_len = 0;
   // Rows whose logits are wanted: per item, its first such token and how many.
   std::vector<std::pair<int64_t, int64_t>> logit_rows;
