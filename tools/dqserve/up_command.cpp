@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/deploy_config.h"
+#include "nlohmann/json.hpp"
 #include "tools/dqserve/process_group.h"
 
 namespace dq::cli {
@@ -22,6 +23,7 @@ struct UpOptions {
   int port = -1;  // overrides [router] port when >= 0
   std::string log_level = "info";
   int startup_timeout_s = 300;
+  bool print_commands = false;
 };
 
 std::string SiblingBinary(const char* name) {
@@ -200,12 +202,23 @@ int Supervise(ProcessGroup& group, const sigset_t& signals) {
   }
 }
 
+// --print-commands: what StartAll would run, one JSON object a line, starting nothing (the
+// deployment tests compare container command lines with it where the processes cannot run).
+int PrintCommands(const DeployConfig& c, const UpOptions& o) {
+  for (const ChildSpec& child : Children(c, o.log_level)) {
+    nlohmann::json line = {{"name", child.name}, {"argv", child.argv}};
+    std::printf("%s\n", line.dump().c_str());
+  }
+  return 0;
+}
+
 int RunUp(const UpOptions& o) {
   absl::StatusOr<DeployConfig> c = ResolveConfig(o);
   if (!c.ok()) {
     std::fprintf(stderr, "dqserve up: %s\n", std::string(c.status().message()).c_str());
     return 2;
   }
+  if (o.print_commands) return PrintCommands(*c, o);
   // Signals are taken synchronously (sigtimedwait), so block them before any thread starts.
   sigset_t signals;
   sigemptyset(&signals);
@@ -246,6 +259,9 @@ void RegisterUp(CLI::App& app, int* exit_code) {
   cmd->add_option("--port", o->port, "router HTTP port (overrides the config)");
   cmd->add_option("--worker-log-level", o->log_level, "log level of the child processes");
   cmd->add_option("--startup-timeout", o->startup_timeout_s, "seconds to wait for each process");
+  cmd->add_flag("--print-commands", o->print_commands,
+                "print each process's command line (one JSON object a line: name, argv; the API "
+                "key never appears) and exit without starting anything");
   cmd->callback([o, exit_code] { *exit_code = RunUp(*o); });
 }
 

@@ -14,7 +14,12 @@ checks"):
    command lines, answer a completion exactly as `dqserve up` did, and stop on SIGTERM, leaving no
    process behind.
 The workers' GPUs (--device cuda:0, `device = "cuda:0"`) become the CPU for the loopback runs
-(4 and 5) unless DQ_DEPLOY_GPU=1 (a CUDA build on a GPU machine; topology.local_device)."""
+(4 and 5) unless DQ_DEPLOY_GPU=1 (a CUDA build on a GPU machine; topology.local_device).
+The NVLink deployment (docker-compose.nvlink.yml, deploy/compose/disagg-nvlink.toml: nccl, two
+GPUs) gets 1 and 4 (plus the settings NCCL needs between its containers), with its command lines
+compared unchanged, GPUs and transport included, with `dqserve up --print-commands` on its TOML
+(which 4 checks against the argv a real `dqserve up` runs): nccl cannot run without GPUs, so 5 is
+tests/gpu/deploy_nvlink_test.sh's, on a two-GPU machine."""
 import json
 import os
 import re
@@ -29,19 +34,23 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "serve"))
 sys.path.insert(0, HERE)
 import serve_lib  # noqa: E402
+import nvlink  # noqa: E402
 import topology as T  # noqa: E402
 from serve_lib import (BIN, SRC, check, fail, finish, free_port, ok, post_json,  # noqa: E402
                        request, wait_port)
 
 DEPLOY = os.path.join(SRC, "deploy")
 TOML = os.path.join(DEPLOY, "compose", "disagg.toml")
+NVLINK_TOML = os.path.join(DEPLOY, "compose", "disagg-nvlink.toml")
 BASE = [os.path.join(DEPLOY, "docker-compose.yml")]
 TWO_DECODE = BASE + [os.path.join(DEPLOY, "docker-compose.two-decode.yml")]
+NVLINK = [os.path.join(DEPLOY, "docker-compose.nvlink.yml")]
 MODELS = os.path.join(SRC, "models")
 PROMPT = "What is the capital of France?"
 ANSWER_WORD = "Paris"
-# Where each deployment puts its workers: compose service -> GPU.
+# Where each deployment puts its workers: compose service -> GPUs its container sees.
 GPUS = {"prefill": ["0"], "decode": ["1"], "decode-1": ["2"]}
+NVLINK_GPUS = {"prefill": ["0", "1"], "decode": ["0", "1"]}  # both see both (NCCL P2P)
 WORK = tempfile.mkdtemp(prefix="dq-deploy-")  # logs; removed when everything passed
 
 
@@ -57,17 +66,17 @@ def toml_values(text):
     return out
 
 
-def local_toml(text, ports):
+def local_toml(text, ports, device=T.local_device):
     """The deployment TOML for a loopback `dqserve up`: models from models/, 127.0.0.1, the
-    given ports and topology.local_device's devices (the same rewrite topology.to_local applies
-    to the containers' command lines)."""
+    given ports and device()'s devices (the same rewrite topology.to_local applies to the
+    containers' command lines)."""
     out, table = [], ""
     for line in text.splitlines():
         if m := re.fullmatch(r"\[(\w+)\]\s*", line):
             table = m.group(1)
         line = line.replace('"' + T.CONTAINER_MODELS, '"' + MODELS + "/")
         line = re.sub(r'^host = "0\.0\.0\.0"', 'host = "127.0.0.1"', line)
-        line = re.sub(r'^device = "([^"]*)"', lambda m: f'device = "{T.local_device(m.group(1))}"',
+        line = re.sub(r'^device = "([^"]*)"', lambda m: f'device = "{device(m.group(1))}"',
                       line)
         if re.match(r"port\s*=", line):
             line = f"port = {ports[table]}"
@@ -169,7 +178,36 @@ def reference(toml_text, ports):
     check(sorted(roles) == ["decode", "prefill", "router"],
           f"dqserve up started router, prefill and decode: {sorted(roles)}")
     check(not [p for p in pids if alive(p)], "dqserve up left no child behind")
+    printed = print_commands(path)
+    check({r: v.argv for r, v in printed.items()} == {r: v.argv for r, v in roles.items()},
+          "dqserve up --print-commands prints the argv dqserve up runs")
     return roles, answer
+
+
+def print_commands(path):
+    """{role: Role} from `dqserve up --config PATH --print-commands` (starts nothing)."""
+    r = subprocess.run([os.path.join(BIN, "dqserve"), "up", "--config", path, "--print-commands"],
+                       capture_output=True, text=True, env=T.clean_env(), timeout=30)
+    if r.returncode != 0:
+        raise RuntimeError(f"dqserve up --print-commands: exit {r.returncode}: {r.stderr}")
+    roles = {}
+    for line in r.stdout.splitlines():
+        child = json.loads(line)
+        role = T.Role(child["name"], child["argv"])
+        roles[role.role] = role
+    return roles
+
+
+def printed_reference(toml_text, ports, name):
+    """The children `dqserve up` would run for a TOML it cannot run here (nccl needs GPUs): its
+    --print-commands on the loopback version, devices kept."""
+    path = os.path.join(WORK, f"{name}.toml")
+    with open(path, "w") as f:
+        f.write(local_toml(toml_text, ports, device=lambda d: d))
+    roles = print_commands(path)
+    check(sorted(roles) == ["decode", "prefill", "router"],
+          f"{name}: dqserve up --print-commands lists router, prefill and decode {sorted(roles)}")
+    return roles
 
 
 def same_command(what, local, ref, extra=()):
@@ -195,7 +233,7 @@ def volume_target(v):
     return parts[0], parts[1], len(parts) > 2 and "ro" in parts[2].split(",")
 
 
-def check_compose(name, services, roles, cfg):
+def check_compose(name, services, roles, cfg, toml=TOML, gpus_of=GPUS):
     workers = [n for n, r in roles.items() if r.role in ("prefill", "decode")]
     router = next(n for n, r in roles.items() if r.role == "router")
     images = {s.get("image") for s in services.values()}
@@ -204,8 +242,8 @@ def check_compose(name, services, roles, cfg):
         r = roles[n]
         mounts = {volume_target(v)[1]: volume_target(v) for v in svc.get("volumes", [])}
         toml_mount = mounts.get("/etc/dqserve/dqserve.toml")
-        check(toml_mount is not None and os.path.realpath(toml_mount[0]) == TOML
-              and toml_mount[2], f"{name}/{n}: deploy/compose/disagg.toml mounted read-only")
+        check(toml_mount is not None and os.path.realpath(toml_mount[0]) == toml
+              and toml_mount[2], f"{name}/{n}: {os.path.relpath(toml, SRC)} mounted read-only")
         check("/models" in mounts and mounts["/models"][2], f"{name}/{n}: /models read-only")
         check(svc.get("restart") in ("unless-stopped", "always", "on-failure"),
               f"{name}/{n}: restart policy {svc.get('restart')}")
@@ -213,7 +251,7 @@ def check_compose(name, services, roles, cfg):
                    .get("devices", []))
         gpus = [i for d in devices if "gpu" in d.get("capabilities", []) for i in
                 d.get("device_ids", [])]
-        check(gpus == GPUS.get(n, []), f"{name}/{n}: GPUs {gpus} (want {GPUS.get(n, [])})")
+        check(gpus == gpus_of.get(n, []), f"{name}/{n}: GPUs {gpus} (want {gpus_of.get(n, [])})")
         test = " ".join(svc.get("healthcheck", {}).get("test", []))
         port = r.one("--port")
         want = (f"http://127.0.0.1:{port}/health" if r.role == "router"
@@ -233,9 +271,15 @@ def check_compose(name, services, roles, cfg):
           f"{name}: the router is given every worker {r.get('--prefill') + r.get('--decode')}")
     for n in workers:
         check(roles[n].one("--host") == "0.0.0.0", f"{name}/{n}: listens on 0.0.0.0")
-        # The container sees only the GPU it reserves, as cuda:0.
-        check(roles[n].one("--device") == "cuda:0",
-              f"{name}/{n}: computes on its container's GPU (--device {roles[n].one('--device')})")
+        # The TOML's device: cuda:0 where the container sees only the GPU it reserves; the
+        # host's numbering where it sees them all (nvlink).
+        role = roles[n].role
+        check(roles[n].one("--device") == cfg[(role, "device")],
+              f"{name}/{n}: computes on the TOML's {cfg[(role, 'device')]} "
+              f"(--device {roles[n].one('--device')})")
+        flag = "--transport" if role == "decode" else "--transports"
+        check(roles[n].get(flag) == [cfg[("transfer", "backend")]],
+              f"{name}/{n}: {flag} {roles[n].get(flag)} is the TOML's backend")
         check(int(roles[n].one("--port")) == cfg[(roles[n].role, "port")],
               f"{name}/{n}: port {roles[n].one('--port')} is the TOML's")
     check(r.one("--host") == cfg[("router", "host")] and
@@ -247,13 +291,14 @@ def compose_resolver(roles):
     return lambda host: host if host in roles else None
 
 
-def compare_with_reference(name, roles, ref, ref_ports, resolve, transfer_host_of):
+def compare_with_reference(name, roles, ref, ref_ports, resolve, transfer_host_of,
+                           device=T.local_device):
     ports = {n: ref_ports[r.role] for n, r in roles.items()}
     ports["router-grpc"] = ref_ports.get("router-grpc")
     decodes = [n for n, r in roles.items() if r.role == "decode"]
     for n, r in roles.items():
         try:
-            local = T.to_local(r, ports, resolve, transfer_host_of, MODELS)
+            local = T.to_local(r, ports, resolve, transfer_host_of, MODELS, device=device)
         except (ValueError, KeyError) as e:
             fail(f"{name}/{n}: {e}")
             continue
@@ -435,6 +480,21 @@ def main():
         check_compose(name, services, roles, cfg)
         topologies[name] = roles
 
+    with open(NVLINK_TOML) as f:
+        nvlink_text = f.read()
+    nvlink_cfg = toml_values(nvlink_text)
+    nvlink_roles = None
+    try:
+        services = T.compose(tool, NVLINK)
+        if tool is not None:
+            ok(f"compose-nvlink: `{' '.join(tool)} config` validates {os.path.basename(NVLINK[0])}")
+        nvlink_roles = T.compose_roles(services)
+        check_compose("compose-nvlink", services, nvlink_roles, nvlink_cfg, NVLINK_TOML,
+                      NVLINK_GPUS)
+        nvlink.check_nccl_p2p("compose-nvlink", services, nvlink_roles, nvlink_cfg)
+    except RuntimeError as e:
+        fail(str(e))
+
     check_dockerfile()
 
     ref_ports = {"router": free_port(), "prefill": free_port(), "decode": free_port(),
@@ -444,7 +504,14 @@ def main():
     transfer = lambda n: n  # noqa: E731 - compose: a decode worker advertises its service name
     for name, roles in topologies.items():
         compare_with_reference(name, roles, ref, ref_ports, compose_resolver(roles), transfer)
+    if nvlink_roles is not None:
+        # nccl cannot run here: the children dqserve up would start, GPUs and transport as the
+        # TOML says (the rewrite keeps --device).
+        nvlink_ref = printed_reference(nvlink_text, ref_ports, "compose-nvlink")
+        compare_with_reference("compose-nvlink", nvlink_roles, nvlink_ref, ref_ports,
+                               compose_resolver(nvlink_roles), transfer, device=lambda d: d)
     check_k8s(toml_text, ref, ref_ports, cfg)
+    nvlink.check_k8s_nvlink(nvlink_text, nvlink_cfg)
     for name, roles in topologies.items():
         run_topology(name, roles, compose_resolver(roles), transfer, answer)
     if serve_lib.failures == 0:

@@ -88,7 +88,8 @@ def _interpolate(node):
 
 def kustomize(directory):
     """The objects `kubectl kustomize DIR` builds (a minimal build of our own without kubectl:
-    resources, and strategic-merge patches of replicas and of a container's args)."""
+    resources, and strategic-merge patches, from a file or inline: replicas, a container's args,
+    a Service's selector, a ConfigMap's data, `$patch: delete`)."""
     if shutil.which("kubectl"):
         r = subprocess.run(["kubectl", "kustomize", directory], capture_output=True, text=True)
         if r.returncode != 0:
@@ -109,11 +110,17 @@ def _build(directory):
             with open(path) as f:
                 objects += [d for d in yaml.safe_load_all(f) if d]
     for p in k.get("patches", []):
-        with open(os.path.join(directory, p["path"])) as f:
-            patch = yaml.safe_load(f)
+        if "path" in p:
+            with open(os.path.join(directory, p["path"])) as f:
+                patch = yaml.safe_load(f)
+        else:
+            patch = yaml.safe_load(p["patch"])
         target = next(o for o in objects if o["kind"] == patch["kind"]
                       and o["metadata"]["name"] == patch["metadata"]["name"])
-        _merge(target, patch)
+        if patch.get("$patch") == "delete":
+            objects.remove(target)
+        else:
+            _merge(target, patch)
     return objects
 
 
@@ -183,13 +190,14 @@ def local_device(device):
     return "cpu"
 
 
-def to_local(role, ports, resolve, transfer_host_of, models_dir, bin_dir=None):
+def to_local(role, ports, resolve, transfer_host_of, models_dir, bin_dir=None,
+             device=local_device):
     """A container's argv for a loopback run: /models/ -> models_dir, listen on 127.0.0.1 (not
     0.0.0.0), --port -> ports[role.name] (or ports["router-grpc"]), a peer address NAME:PORT ->
     127.0.0.1:ports[resolve(NAME)], the decode worker's --transfer-host (which must be what
     transfer_host_of(name) says: its service name, the pod IP) -> 127.0.0.1, --device ->
-    local_device(). bin_dir: the binary's folder (None: keep its bare name). Raises ValueError on
-    anything unexpected."""
+    device() (default local_device(); the identity where nothing runs). bin_dir: the binary's
+    folder (None: keep its bare name). Raises ValueError on anything unexpected."""
     out = [os.path.join(bin_dir, role.binary) if bin_dir else role.binary]
     for flag, value in role.pairs():
         if value.startswith(CONTAINER_MODELS):
@@ -207,7 +215,7 @@ def to_local(role, ports, resolve, transfer_host_of, models_dir, bin_dir=None):
                 raise ValueError(f"{flag} {value} names no {flag[2:]} worker of this deployment")
             value = f"127.0.0.1:{ports[peer]}"
         elif flag == "--device":
-            value = local_device(value)
+            value = device(value)
         elif flag == "--transfer-host":
             if value != transfer_host_of(role.name):
                 raise ValueError(f"--transfer-host {value}, want {transfer_host_of(role.name)}")
