@@ -68,7 +68,7 @@ print(ports["router"])
 PY
 )
 [ -n "$port" ] || { echo "FAIL: could not write $out/dqserve.toml"; exit 1; }
-grep -E '^(backend|device) ' "$out/dqserve.toml" | tr '\n' ' '; echo
+grep -E '^(backend|device) ' "$out/dqserve.toml" | sed 's/ *#.*//' | tr '\n' ' '; echo
 COMPOSE=$compose python3 - >"$out/nccl_env.sh" <<'PY'
 import os, re
 text = open(os.environ["COMPOSE"]).read()
