@@ -179,10 +179,10 @@ absl::Status DecodeServer::CreateSelfDrafter(const DecodeServerOptions& o,
 
 absl::Status DecodeServer::CreateDFlashDrafter(const DecodeServerOptions& o,
                                                DecodeBatcherOptions* bo) {
-  if (o.drafter.weights.empty() || !o.drafter.format.empty()) {
+  if (o.drafter.weights.empty() || !o.drafter.format.empty() || o.drafter.group_size != 0) {
     return absl::InvalidArgumentError(
         "--speculative dflash needs --draft-weights DIR (a DFlash drafter checkpoint made for "
-        "this model, e.g. by dq-tool make-dflash) and no --draft-format");
+        "this model, e.g. by dq-tool make-dflash) and no --draft-format/--draft-group-size");
   }
   if (model_.device.cuda) return absl::UnimplementedError(worker::kDFlashNeedsCpu);
   KvBlockPool& pool = model_.runner->kv_pool();

@@ -55,10 +55,10 @@ absl::Status DrafterPrefill::LoadSelf(const worker::PhaseModel& pm,
 absl::Status DrafterPrefill::LoadDFlash(const worker::PhaseModel& pm,
                                         const DrafterPrefillOptions& o) {
   if (pm.device.cuda) return absl::UnimplementedError(worker::kDFlashNeedsCpu);
-  if (o.weights.weights.empty() || !o.weights.format.empty()) {
+  if (o.weights.weights.empty() || !o.weights.format.empty() || o.weights.group_size != 0) {
     return absl::InvalidArgumentError(
         "--speculative dflash needs --draft-weights DIR (the decode worker's DFlash drafter) "
-        "and no --draft-format");
+        "and no --draft-format/--draft-group-size");
   }
   DFlashDrafterOptions d;
   d.threads = o.threads;

@@ -61,6 +61,9 @@ def bad_setups(work, drafter, foreign):
                 f"{binary} --device cuda --speculative dflash")
     refuses("dq-decode", ["--model", TINY, *port, "--speculative", "dflash"],
             "needs --draft-weights", "dq-decode --speculative dflash without weights")
+    refuses("dq-prefill", ["--model", TINY, *port, "--speculative", "dflash", "--draft-weights",
+                           drafter, "--draft-group-size", "32"], "no --draft-format/--draft-group",
+            "dq-prefill --speculative dflash with a group size")
     cfg = os.path.join(work, "cuda.toml")
     with open(cfg, "w") as f:
         f.write(f'model = "{TINY}"\n[decode]\ndevice = "cuda"\nspeculative = "dflash"\n'
