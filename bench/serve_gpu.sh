@@ -101,13 +101,14 @@ compute_of() { [ "$1" = fp8 ] && echo w8a8 || echo weight_only; }
 
 # 2. Colocated TTFT: one process per prefill format, prompts as raw interactive turns (one load).
 prefill_formats=${DQ_PREFILL_FORMATS:-"bf16 fp8"}
+reps=${DQ_TTFT_REPS:-5}  # TTFT runs per length and side (after one warm-up)
 colocated_formats=$prefill_formats
 [ "${DQ_SKIP_COLOCATED:-0}" = 1 ] && colocated_formats=""
 for pf in $colocated_formats; do
   log "colocated TTFT, $pf prefill on $gen_dev"
   {
     cat "$work/prompt_$in_len.txt"; echo  # warm-up turn
-    for n in $lengths; do for r in 1 2 3; do cat "$work/prompt_$n.txt"; echo; done; done
+    for n in $lengths; do for _ in $(seq "$reps"); do cat "$work/prompt_$n.txt"; echo; done; done
   } | timeout 900 "$bin/dqserve" generate --model "$work/bf16" --prefill-weights "$work/$pf" \
       --prefill-compute "$(compute_of "$pf")" --device "$gen_dev" --interactive --raw \
       --max-tokens 1 --kv-capacity 40960 >"$out/colocated_$pf.out" 2>"$out/colocated_$pf.log" ||
@@ -168,7 +169,7 @@ for pf in $prefill_formats; do
     "$bin/dq-tool" tokenize --model "$work/bf16" --file "$work/prompt_$n.txt" |
       python3 -c 'import json,sys; print(json.dumps({"prompt": json.load(sys.stdin), "max_tokens": 2}))' \
         >"$work/ds_$n.jsonl"
-    bench "ttft_disagg_${pf}_$n" --dataset "$work/ds_$n.jsonl" --concurrency 1 --num-requests 3 \
+    bench "ttft_disagg_${pf}_$n" --dataset "$work/ds_$n.jsonl" --concurrency 1 --num-requests "$reps" \
       --warmup 1 --no-calibrate
   done
   if [ "$ttft_only" = 1 ]; then
@@ -188,18 +189,18 @@ for pf in $prefill_formats; do
   stop_up
 done
 
-python3 - "$out" "$lengths" "$transport" <<'PY' | tee -a "$out/serve_gpu.log"
+python3 - "$out" "$lengths" "$transport" "$reps" <<'PY' | tee -a "$out/serve_gpu.log"
 import glob, json, os, re, sys
-out, lengths, transport = sys.argv[1], sys.argv[2].split(), sys.argv[3]
+out, lengths, transport, reps = sys.argv[1], sys.argv[2].split(), sys.argv[3], int(sys.argv[4])
 res = {"transport": transport, "ttft_ms": {}, "sweeps": {}}
 for pf in ("bf16", "fp8"):
     col = {}
     try:
         log = open(f"{out}/colocated_{pf}.log").read()
         runs = [(int(a), float(b)) for a, b in re.findall(r"\[(\d+) prompt tokens in ([\d.]+) s", log)]
-        for n in lengths:  # the first turn is the warm-up; then 3 per length
-            i = 1 + 3 * lengths.index(n)
-            got = runs[i:i + 3]
+        for n in lengths:  # the first turn is the warm-up; then `reps` per length
+            i = 1 + reps * lengths.index(n)
+            got = runs[i:i + reps]
             if got:
                 ms = sorted(s * 1e3 for _, s in got)
                 col[n] = {"prompt_tokens": got[0][0], "ms": ms[0], "ms_p50": ms[len(ms) // 2]}

@@ -134,6 +134,9 @@ class Endpoint:
                "tpot_s": None, "itl_s": [], "prompt_tokens": None, "output_tokens": None, "usage": False, "chunks": 0,
                "finish_reason": None, "output_chars": 0}
         conn = self._conn(self.timeout)
+        # The body is encoded before the clock starts: TTFT is the server's (connect, send,
+        # prefill, first chunk), not the client's JSON encoding (~1 ms per 8K prompt ids).
+        payload = json.dumps(body).encode()
         start = time.perf_counter()
         rec["start_s"] = start - t0
         rec["timestamp"] = time.time()
@@ -148,8 +151,7 @@ class Endpoint:
                     rec["kind"] = "cancelled"
                     return rec
                 self._active.add(conn)
-            conn.request("POST", self.prefix + path, body=json.dumps(body).encode(),
-                         headers=self.headers())
+            conn.request("POST", self.prefix + path, body=payload, headers=self.headers())
             r = conn.getresponse()
             rec["http_status"] = r.status
             if r.status != 200:

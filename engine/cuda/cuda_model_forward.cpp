@@ -192,6 +192,14 @@ void CudaDecoderModel::EnqueueLayer(int l, const Layer& L, const Plan& plan,
   auto* qkv = b.qkv.get<__nv_bfloat16>();
   auto* gu = b.gu.get<__nv_bfloat16>();
   const KvCacheLayer cache = kv_->layer(l);
+  // Verification rows computed as decode steps compute them (Plan::row_split): weight-only
+  // linears at any m (decode steps take the same GEMV kernels up to 8 sequences). bf16 decode
+  // steps use the GEMV for one sequence only (cuBLASLt from 2 on, which no row split can
+  // reproduce): GEMV rows for a single sequence's verification, or for up to 8 rows.
+  const bool one_item = plan.logit_rows.size() == 1;
+  auto inv = [&](const DeviceLinear& w) {
+    return plan.row_split && (w.kind == LinearKind::kWeightOnly || one_item || T <= 8);
+  };
   RmsNormForward({b.x.get<float>(), nullptr, nullptr, nullptr, L.attn_norm.get<float>(), h, T,
                   c.hidden_size, c.rms_norm_eps},
                  stream_);
@@ -202,7 +210,7 @@ void CudaDecoderModel::EnqueueLayer(int l, const Layer& L, const Plan& plan,
   __nv_bfloat16* v = fused ? k + c.kv_dim() : k + T * c.kv_dim();
   __nv_bfloat16* outs[3] = {q, k, v};
   for (size_t i = 0; i < L.qkv.size(); ++i) {
-    LinearForward(L.qkv[i], {h, T, outs[i], nullptr, plan.row_split}, *linear_, stream_);
+    LinearForward(L.qkv[i], {h, T, outs[i], nullptr, inv(L.qkv[i])}, *linear_, stream_);
   }
   QkNormRopeArgs r;
   r.q = q;
@@ -252,7 +260,7 @@ void CudaDecoderModel::EnqueueLayer(int l, const Layer& L, const Plan& plan,
     a.max_q_len = plan.max_q_len;
     PrefillAttentionForward(a, cache, stream_);
   }
-  LinearForward(L.o, {attn, T, nullptr, b.x.get<float>(), plan.row_split}, *linear_, stream_);
+  LinearForward(L.o, {attn, T, nullptr, b.x.get<float>(), inv(L.o)}, *linear_, stream_);
   RmsNormForward({b.x.get<float>(), nullptr, nullptr, nullptr, L.ffn_norm.get<float>(), h, T,
                   c.hidden_size, c.rms_norm_eps},
                  stream_);
@@ -262,10 +270,10 @@ void CudaDecoderModel::EnqueueLayer(int l, const Layer& L, const Plan& plan,
   __nv_bfloat16* up = gu_fused ? gu + I : gu + T * I;
   __nv_bfloat16* gu_outs[2] = {gate, up};
   for (size_t i = 0; i < L.gate_up.size(); ++i) {
-    LinearForward(L.gate_up[i], {h, T, gu_outs[i], nullptr, plan.row_split}, *linear_, stream_);
+    LinearForward(L.gate_up[i], {h, T, gu_outs[i], nullptr, inv(L.gate_up[i])}, *linear_, stream_);
   }
   SwiGluForward({gate, up, gu_fused ? 2 * I : I, h, T, static_cast<int>(I)}, stream_);
-  LinearForward(L.down, {h, T, nullptr, b.x.get<float>(), plan.row_split}, *linear_, stream_);
+  LinearForward(L.down, {h, T, nullptr, b.x.get<float>(), inv(L.down)}, *linear_, stream_);
 }
 
 void CudaDecoderModel::EnqueueLogits(const Plan& plan, float* host_out) const {
@@ -277,6 +285,9 @@ void CudaDecoderModel::EnqueueLogits(const Plan& plan, float* host_out) const {
   for (const auto& [first, n] : plan.logit_rows) {
     for (int64_t i = 0; i < n; ++i) rows.push_back(first + i);
   }
+  // The logits of decode steps of up to 8 sequences and of verification rows come from the
+  // row-invariant GEMV, so that a verified row equals the decode step's bit for bit.
+  const bool lm_invariant = plan.row_split || (plan.decode && rows.size() <= 8);
   for (size_t at = 0; at < rows.size(); at += b.cap_rows) {
     const int64_t n = std::min<int64_t>(b.cap_rows, static_cast<int64_t>(rows.size() - at));
     // Gather runs of consecutive rows with one copy each.
@@ -292,10 +303,9 @@ void CudaDecoderModel::EnqueueLogits(const Plan& plan, float* host_out) const {
                     b.rows_h.get<__nv_bfloat16>(), n, c.hidden_size, c.rms_norm_eps},
                    stream_);
     CUDA_CHECK(cudaMemsetAsync(b.logits.get(), 0, n * vocab * 4, stream_));
-    LinearForward(
-        lm_head_,
-        {b.rows_h.get<__nv_bfloat16>(), n, nullptr, b.logits.get<float>(), plan.row_split},
-        *linear_, stream_);
+    LinearForward(lm_head_,
+                  {b.rows_h.get<__nv_bfloat16>(), n, nullptr, b.logits.get<float>(), lm_invariant},
+                  *linear_, stream_);
     if (host_out != nullptr) {  // null while capturing a graph (the caller copies after)
       CUDA_CHECK(cudaMemcpyAsync(host_out + at * vocab, b.logits.get(), n * vocab * 4,
                                  cudaMemcpyDeviceToHost, stream_));

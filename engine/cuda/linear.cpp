@@ -348,19 +348,25 @@ void ForwardNvfp4Native(const DeviceLinear& w, const LinearArgs& a, LinearContex
   RunNvfp4Gemm(BaseGemm(GemmInput::kBf16, xb, wb, w, a), w, q.inv_global, a, c, stream);
 }
 
+// The GEMV kernels, 8 rows of x per launch: every row's sum runs in the same order whatever m is
+// (the kernels' per-row work does not depend on the other rows).
+template <class Gemv>
+void ChunkedGemv(const DeviceLinear& w, const LinearArgs& a, Gemv gemv) {
+  for (int64_t r = 0; r < a.m; r += 8) {
+    WeightOnlyGemvArgs g;
+    g.x = a.x + r * w.in_features;
+    g.m = static_cast<int>(std::min<int64_t>(8, a.m - r));
+    g.y_bf16 = a.y_bf16 ? a.y_bf16 + r * w.out_features : nullptr;
+    g.y_accumulate = a.y_accumulate ? a.y_accumulate + r * w.out_features : nullptr;
+    gemv(g);
+  }
+}
+
 void ForwardWeightOnly(const DeviceLinear& w, const LinearArgs& a, LinearContext::Impl& c,
                        cudaStream_t stream) {
   if (a.m <= 8 || a.row_invariant) {
-    // 8 rows per launch: for a few dozen rows still cheaper than dequantizing the matrix.
-    for (int64_t r = 0; r < a.m; r += 8) {
-      WeightOnlyGemvArgs g;
-      g.x = a.x + r * w.in_features;
-      g.m = static_cast<int>(std::min<int64_t>(8, a.m - r));
-      g.y_bf16 = a.y_bf16 ? a.y_bf16 + r * w.out_features : nullptr;
-      g.y_accumulate = a.y_accumulate ? a.y_accumulate + r * w.out_features : nullptr;
-      WeightOnlyGemv(w.weight_only, g, stream);
-    }
-    return;
+    return ChunkedGemv(
+        w, a, [&](const WeightOnlyGemvArgs& g) { WeightOnlyGemv(w.weight_only, g, stream); });
   }
   auto* wb =
       c.Ensure<__nv_bfloat16>(c.weight, 2 * w.out_features * w.in_features, stream, "weight");
@@ -382,9 +388,10 @@ void LinearForward(const DeviceLinear& w, const LinearArgs& args, LinearContext&
       // One row streams the matrix with the weight-only GEMV kernel (measured on the H200 in
       // the whole model: bf16 decode 298 -> 317 tok/s at batch 1); from 4 rows on cuBLASLt is
       // faster (1130 vs 1037 tok/s at batch 4, 2169 vs 1456 at 8), so it keeps those.
-      if ((args.m == 1 || (args.row_invariant && args.m <= 8)) && w.in_features % 8 == 0) {
-        return Bf16Gemv(w.weight.get<__nv_bfloat16>(), w.out_features, w.in_features,
-                        {args.x, static_cast<int>(args.m), args.y_bf16, args.y_accumulate}, stream);
+      if ((args.m == 1 || args.row_invariant) && w.in_features % 8 == 0) {
+        return ChunkedGemv(w, args, [&](const WeightOnlyGemvArgs& g) {
+          Bf16Gemv(w.weight.get<__nv_bfloat16>(), w.out_features, w.in_features, g, stream);
+        });
       }
       return c.gemm.Run(BaseGemm(GemmInput::kBf16, args.x, w.weight.get(), w, args), stream);
     case LinearKind::kFp8:

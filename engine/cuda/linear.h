@@ -85,9 +85,9 @@ struct LinearArgs {
   // Exactly one of: bf16 output [m, out] (overwritten), or fp32 [m, out] accumulated into.
   __nv_bfloat16* y_bf16 = nullptr;
   float* y_accumulate = nullptr;
-  // Prefer kernels that compute each output row independently of m (the GEMV kernels, 8 rows
-  // per launch) where the kind has them: bf16 up to 8 rows, weight-only at any m. Speculative
-  // verification sets it so that its rows equal one-token decode steps bit for bit.
+  // Compute each output row independently of m (the GEMV kernels, 8 rows per launch) where the
+  // kind has them (bf16, weight-only): speculative verification sets it so that its rows equal
+  // decode steps bit for bit. Costly for bf16 beyond a few rows (cuBLASLt is faster there).
   bool row_invariant = false;
 };
 

@@ -90,9 +90,11 @@ TEST_P(VerifyRows, MultiTokenPassEqualsDecodeStepsBitwise) {
     // Back to the prompt, then all n at once with every position's logits, twice (the second
     // pass replays the graph the first captured).
     for (int pass = 0; pass < 2; ++pass) {
-      runner->kv_pool().truncate(seq, len);
+      runner->kv_pool().truncate(seq, len);  // gives back the blocks past the prompt
+      runner->kv_pool().extend(seq, len + n);
       BatchLogits lv;
-      ASSERT_TRUE(runner->Forward(Batch{Phase::kDecode, {{&seq, fed, true}}}, &lv).ok());
+      const absl::Status s = runner->Forward(Batch{Phase::kDecode, {{&seq, fed, true}}}, &lv);
+      ASSERT_TRUE(s.ok()) << s;
       ASSERT_EQ(lv.values.size(), steps.size());
       const auto [values, max_abs] = Differ(lv.values.data(), steps.data(), steps.size());
       EXPECT_EQ(values, 0) << "pass " << pass << ": " << values << " of " << steps.size()
