@@ -49,6 +49,7 @@ const char* const kPrompts[] = {
 struct Options {
   std::string target, draft_base, machine, commit, command;
   std::string device = "cpu";
+  bool batch_invariant = false;  // CUDA: CudaBackendOptions::batch_invariant
   std::vector<std::string> arms = {"plain", "ngram"};
   std::vector<int> batches = {1};
   int gen_tokens = 96;
@@ -65,10 +66,14 @@ struct Arm {
 };
 
 // The backend every runner of the bench uses (target and drafters alike).
-absl::StatusOr<dq::BackendFactory> BackendFor(const std::string& device) {
+absl::StatusOr<dq::BackendFactory> BackendFor(const std::string& device, bool batch_invariant) {
   if (device == "cpu") return dq::BackendFactory{};
 #ifdef DQ_HAVE_CUDA
-  if (device == "cuda") return dq::cuda::CudaBackendFactory();
+  if (device == "cuda") {
+    dq::cuda::CudaBackendOptions co;
+    co.batch_invariant = batch_invariant;
+    return dq::cuda::CudaBackendFactory(co);
+  }
 #endif
   return absl::InvalidArgumentError(
       absl::StrCat("--device ", device, ": this build has ",
@@ -206,7 +211,7 @@ absl::Status Run(const Options& o) {
     DQ_ASSIGN_OR_RETURN(base_holder, dq::LoadModel(o.draft_base));
     base = base_holder.get();
   }
-  DQ_ASSIGN_OR_RETURN(dq::BackendFactory backend, BackendFor(o.device));
+  DQ_ASSIGN_OR_RETURN(dq::BackendFactory backend, BackendFor(o.device, o.batch_invariant));
   dq::ModelRunnerOptions ro;
   ro.threads = o.threads;
   ro.backend = backend;
@@ -252,6 +257,7 @@ absl::Status Run(const Options& o) {
             {"commit", o.commit},
             {"command", o.command},
             {"device", std::string(runner->backend())},
+            {"batch_invariant", o.batch_invariant},
             {"target", o.target},
             {"draft_base", base->path},
             {"threads", runner->threads().num_threads()},
@@ -281,6 +287,8 @@ int main(int argc, char** argv) {
   app.add_option("--k", o.k, "draft tokens per step at most (adaptive)");
   app.add_option("--threads", o.threads, "CPU threads");
   app.add_option("--device", o.device, "cpu (default) or cuda (a release-cuda build)");
+  app.add_flag("--batch-invariant", o.batch_invariant,
+               "cuda: decode steps independent of their batch-mates (CudaBackendOptions)");
   app.add_option("--reps", o.reps, "repetitions (best is reported)");
   app.add_option("--prompts", o.prompts, "how many of the built-in prompts (at most 8)");
   app.add_option("--machine", o.machine, "machine description for the JSON");

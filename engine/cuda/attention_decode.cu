@@ -84,7 +84,8 @@ constexpr int SplitSmemBytes() {
 // 128 keys (H200, Qwen3-4B shape), four 32-key partitions + their merge cost 8.5 us per layer.
 constexpr int kMinPartKeys = 32;
 constexpr int kSinglePartKeys = 256;
-__device__ __forceinline__ int DecodePartLen(int ctx, int grid_splits) {
+__device__ __forceinline__ int DecodePartLen(int ctx, int grid_splits, int fixed) {
+  if (fixed > 0) return fixed;
   const int n = ctx <= kSinglePartKeys
                     ? 1
                     : min(grid_splits, max(1, (ctx + kMinPartKeys - 1) / kMinPartKeys));
@@ -103,7 +104,7 @@ __global__ void __launch_bounds__(kThreads)
   // writes only the new token's, at ctx - 1), so the first tiles stream while it drains.
   const int seq = blockIdx.z, kvh = blockIdx.y, split = blockIdx.x;
   const int ctx = a.context_lens[seq];
-  const int part_len = DecodePartLen(ctx, gridDim.x);
+  const int part_len = DecodePartLen(ctx, gridDim.x, a.fixed_partition);
   const int start = split * part_len;
   if (start >= ctx) {
     detail::PdlWait();
@@ -147,7 +148,9 @@ __global__ void __launch_bounds__(kThreads)
     }
   };
   // Tile i holds keys [key0, key0 + 16): safe before the wait when they all precede ctx - 1.
-  auto early = [&](int i) { return start + (warp + i * kWarps + 1) * kTileKeys < ctx; };
+  auto early = [&](int i) {
+    return !a.fresh_span && start + (warp + i * kWarps + 1) * kTileKeys < ctx;
+  };
   bool deferred = false;
 #pragma unroll
   for (int s = 0; s < kStages; ++s) {
@@ -289,7 +292,8 @@ __global__ void DecodeReduceKernel(DecodeAttentionArgs a, Workspace ws, int spli
   detail::PdlWait();
   detail::PdlTrigger();
   const int seq = blockIdx.y, h = blockIdx.x, d = threadIdx.x;
-  const int ctx = a.context_lens[seq], part_len = DecodePartLen(ctx, grid_splits);
+  const int ctx = a.context_lens[seq],
+            part_len = DecodePartLen(ctx, grid_splits, a.fixed_partition);
   const int num_splits = (ctx + part_len - 1) / part_len;
   if (num_splits <= 1) return;  // written by the split kernel
   const int64_t state0 = (int64_t{seq} * a.num_heads + h) * splits;
@@ -337,7 +341,9 @@ void Launch(const DecodeAttentionArgs& a, const KvCacheLayer& c, cudaStream_t st
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kSmem));
     return sms * (per_sm > 0 ? per_sm : 1);
   }();
-  const int part_len = PartitionLen(a.num_seqs, c.num_kv_heads, a.max_context, slots);
+  const int part_len = a.fixed_partition > 0
+                           ? a.fixed_partition
+                           : PartitionLen(a.num_seqs, c.num_kv_heads, a.max_context, slots);
   const int splits = MaxSplits(a.max_context);  // workspace stride (>= partitions used)
   const Workspace ws = Carve(a.workspace, a.num_seqs, a.num_heads, kHeadDim, splits);
   // The grid: as many partitions as fill the GPU for max_context; a shorter context is cut into
@@ -375,6 +381,8 @@ void DecodeAttentionForward(const DecodeAttentionArgs& args, const KvCacheLayer&
   assert(a.workspace_bytes >=
          DecodeAttentionWorkspaceBytes(a.num_seqs, a.num_heads, cache.head_dim, a.max_context));
   assert(a.q_stride % 8 == 0);
+  // The workspace holds MaxSplits(max_context) partitions per head.
+  assert(a.fixed_partition >= 0 && a.fixed_partition % kDecodePartition == 0);
   (void)group;
   if (a.num_seqs == 0) return;
   // The one place head_dim becomes a template parameter.

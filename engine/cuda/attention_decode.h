@@ -33,6 +33,14 @@ struct DecodeAttentionArgs {
   float scale = 0.0f;         // 0: 1 / sqrt(head_dim)
   void* workspace = nullptr;  // DecodeAttentionWorkspaceBytes(...) bytes
   size_t workspace_bytes = 0;
+  // The kernel queued just before may have written positions before ctx - 1 too (speculative
+  // verification as decode rows writes every drafted position): read no key or value before it
+  // has finished.
+  bool fresh_span = false;
+  // > 0: keys per context partition, whatever the number of sequences (a multiple of
+  // kDecodePartition), so that a sequence's sums run in the same order in any batch; 0: chosen
+  // to fill the GPU for this many sequences.
+  int fixed_partition = 0;
 };
 
 size_t DecodeAttentionWorkspaceBytes(int num_seqs, int num_heads, int head_dim, int max_context);

@@ -28,6 +28,13 @@ struct CudaBackendOptions {
   // Largest decode batch captured as a CUDA graph; bigger decode batches run uncaptured.
   int max_graph_batch = 8;
   bool use_graphs = true;
+  // Decode steps compute each sequence's logits independently of its batch-mates: the decode
+  // attention cuts contexts into fixed 256-key partitions (not into as many as fill the GPU for
+  // the batch) and every linear of a decode step runs the row-invariant GEMV kernels. Then
+  // greedy output does not depend on which requests share a step, and speculative decoding
+  // equals plain decoding token for token at any batch size. Costs decode speed at larger
+  // batches (bf16 linears leave cuBLASLt) and for mid-length contexts at batch 1.
+  bool batch_invariant = false;
 };
 
 // The device KV cache both phases share: per layer, K and V regions in the pool's layout.

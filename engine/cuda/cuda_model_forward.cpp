@@ -198,6 +198,7 @@ void CudaDecoderModel::EnqueueLayer(int l, const Layer& L, const Plan& plan,
   // reproduce): GEMV rows for a single sequence's verification, or for up to 8 rows.
   const bool one_item = plan.logit_rows.size() == 1;
   auto inv = [&](const DeviceLinear& w) {
+    if (plan.decode && options_.batch_invariant) return true;
     return plan.row_split && (w.kind == LinearKind::kWeightOnly || one_item || T <= 8);
   };
   RmsNormForward({b.x.get<float>(), nullptr, nullptr, nullptr, L.attn_norm.get<float>(), h, T,
@@ -245,6 +246,8 @@ void CudaDecoderModel::EnqueueLayer(int l, const Layer& L, const Plan& plan,
     a.max_context = c.max_context;
     a.workspace = b.decode_ws.get();
     a.workspace_bytes = b.decode_ws.bytes();
+    a.fresh_span = plan.row_split;  // this pass wrote every drafted position, not just the last
+    a.fixed_partition = options_.batch_invariant ? kDecodePartition : 0;
     DecodeAttentionForward(a, cache, stream_);
   } else {
     PrefillAttentionArgs a;
@@ -287,7 +290,8 @@ void CudaDecoderModel::EnqueueLogits(const Plan& plan, float* host_out) const {
   }
   // The logits of decode steps of up to 8 sequences and of verification rows come from the
   // row-invariant GEMV, so that a verified row equals the decode step's bit for bit.
-  const bool lm_invariant = plan.row_split || (plan.decode && rows.size() <= 8);
+  const bool lm_invariant =
+      plan.row_split || (plan.decode && (rows.size() <= 8 || options_.batch_invariant));
   for (size_t at = 0; at < rows.size(); at += b.cap_rows) {
     const int64_t n = std::min<int64_t>(b.cap_rows, static_cast<int64_t>(rows.size() - at));
     // Gather runs of consecutive rows with one copy each.

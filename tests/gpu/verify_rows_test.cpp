@@ -28,10 +28,12 @@ struct VerifyCase {
 
 class VerifyRows : public ::testing::TestWithParam<VerifyCase> {};
 
-std::unique_ptr<ModelRunner> MakeRunner(const Model& m) {
+std::unique_ptr<ModelRunner> MakeRunner(const Model& m, bool batch_invariant = false) {
   ModelRunnerOptions ro;
-  ro.kv_capacity = 1024;
-  ro.backend = cuda::CudaBackendFactory();
+  ro.kv_capacity = 4096;
+  cuda::CudaBackendOptions co;
+  co.batch_invariant = batch_invariant;
+  ro.backend = cuda::CudaBackendFactory(co);
   auto r = ModelRunner::Create(*m.checkpoint, m.config, ro);
   EXPECT_TRUE(r.ok()) << r.status();
   return r.ok() ? std::move(*r) : nullptr;
@@ -109,6 +111,83 @@ TEST_P(VerifyRows, MultiTokenPassEqualsDecodeStepsBitwise) {
   std::printf(
       "[%s verify] seed %llu: 2..5-token verification passes == one-token steps "
       "bitwise: %s\n",
+      c.name.c_str(), static_cast<unsigned long long>(seed), HasFailure() ? "NO" : "yes");
+}
+
+// The model of `c`, quantized into `dir` when the case asks for a format.
+absl::StatusOr<std::unique_ptr<Model>> CaseModel(const VerifyCase& c, const std::string& dir) {
+  DQ_ASSIGN_OR_RETURN(auto source, LoadModel(gpu_test::TestModelPath(c.model)));
+  if (c.format.empty()) return source;
+  return gpu_test::QuantizedCopy(*source, dir, c.format, c.format, c.group_size);
+}
+
+// CudaBackendOptions::batch_invariant: a sequence's logits are the same bits whether it decodes
+// alone or beside others, in plain steps and in verification rows, with contexts long enough
+// (300+ keys) that the decode attention cuts them into partitions.
+TEST_P(VerifyRows, BatchInvariantDecodeIgnoresBatchMates) {
+  DQ_REQUIRE_GPU();
+  const VerifyCase& c = GetParam();
+  if (!std::filesystem::exists(gpu_test::TestModelPath(c.model))) GTEST_SKIP();
+  gpu_test::ScratchDir dir;
+  auto model = CaseModel(c, dir.path());
+  ASSERT_TRUE(model.ok()) << model.status();
+  const Model& m = **model;
+  std::unique_ptr<ModelRunner> alone = MakeRunner(m, true), shared = MakeRunner(m, true);
+  ASSERT_TRUE(alone && shared);
+  const uint64_t seed = gpu_test::FreshSeed();
+  SCOPED_TRACE(testing::Message() << c.name << " seed " << seed);
+  // A: the sequence compared; B and C: batch-mates of other lengths.
+  const std::vector<int32_t> pa = gpu_test::MixedPrompt(m, seed, 300),
+                             pb = gpu_test::MixedPrompt(m, seed + 1, 700),
+                             pc = gpu_test::MixedPrompt(m, seed + 2, 20);
+  constexpr int kSteps = 4;
+  KvSequence a1, a2, b2, c2;
+  alone->kv_pool().extend(a1, static_cast<int>(pa.size()) + kSteps + 8);
+  shared->kv_pool().extend(a2, static_cast<int>(pa.size()) + kSteps + 8);
+  shared->kv_pool().extend(b2, static_cast<int>(pb.size()) + kSteps + 8);
+  shared->kv_pool().extend(c2, static_cast<int>(pc.size()) + kSteps + 8);
+  BatchLogits l1, l2;
+  ASSERT_TRUE(alone->Forward(Batch{Phase::kPrefill, {{&a1, pa, false}}}, &l1).ok());
+  const Batch prefill{Phase::kPrefill, {{&a2, pa, false}, {&b2, pb, false}, {&c2, pc, false}}};
+  ASSERT_TRUE(shared->Forward(prefill, &l2).ok());
+  int32_t next = gpu_test::Argmax(l1.row(0), l1.vocab);
+  const int32_t nb = gpu_test::Argmax(l2.row(1), l2.vocab);
+  const int32_t nc = gpu_test::Argmax(l2.row(2), l2.vocab);
+  std::vector<int32_t> fed;
+  for (int step = 0; step < kSteps; ++step) {  // plain decode steps: alone vs beside B and C
+    fed.push_back(next);
+    const std::span<const int32_t> t(&fed.back(), 1);
+    ASSERT_TRUE(alone->Forward(Batch{Phase::kDecode, {{&a1, t, false}}}, &l1).ok());
+    const Batch three{
+        Phase::kDecode,
+        {{&a2, t, false}, {&b2, std::span(&nb, 1), false}, {&c2, std::span(&nc, 1), false}}};
+    ASSERT_TRUE(shared->Forward(three, &l2).ok());
+    const auto [values, max_abs] = Differ(l2.row(0), l1.row(0), l1.vocab);
+    EXPECT_EQ(values, 0) << "step " << step << ": " << values << " logits differ, max |dlogit| "
+                         << max_abs;
+    next = gpu_test::Argmax(l1.row(0), l1.vocab);
+  }
+  // A verification of A's last 3 tokens beside B's 2-token and C's 1-token items: A's last row
+  // is its last decode step's.
+  const int back = static_cast<int>(pa.size()) + kSteps - 3;
+  shared->kv_pool().truncate(a2, back);
+  shared->kv_pool().extend(a2, back + 3);
+  shared->kv_pool().truncate(b2, static_cast<int>(pb.size()) + kSteps - 1);
+  shared->kv_pool().extend(b2, static_cast<int>(pb.size()) + kSteps + 1);
+  const int32_t b_toks[2] = {nb, nb};
+  const Batch verify{Phase::kDecode,
+                     {{&a2, std::span<const int32_t>(fed).subspan(kSteps - 3), true},
+                      {&b2, std::span<const int32_t>(b_toks), true},
+                      {&c2, std::span(&nc, 1), false}}};
+  BatchLogits lv;
+  const absl::Status s = shared->Forward(verify, &lv);
+  ASSERT_TRUE(s.ok()) << s;
+  const auto [values, max_abs] = Differ(lv.row(2), l1.row(0), l1.vocab);
+  EXPECT_EQ(values, 0) << "verification row: " << values << " logits differ, max |dlogit| "
+                       << max_abs;
+  std::printf(
+      "[%s batch-invariant] seed %llu: alone == beside two others bitwise (steps and a "
+      "verification): %s\n",
       c.name.c_str(), static_cast<unsigned long long>(seed), HasFailure() ? "NO" : "yes");
 }
 
