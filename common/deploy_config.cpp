@@ -84,6 +84,7 @@ absl::Status ReadPhase(const toml::table& t, const std::string& name, PhaseConfi
     r.Get("draft_group_size", &p->draft_group_size);
     r.Get("draft_weights", &p->draft_weights);
     r.Get("draft_on_prefill", &p->draft_on_prefill);
+    r.Get("batch_invariant", &p->batch_invariant);
   }
   return r.Finish();
 }
@@ -194,7 +195,6 @@ absl::Status CheckValues(const DeployConfig& c) {
   if (c.router.max_in_flight < 1)
     return absl::InvalidArgumentError("[router] max_in_flight must be >= 1");
   if (c.decode.max_batch < 1) return absl::InvalidArgumentError("[decode] max_batch must be >= 1");
-  const PhaseConfig& d = c.decode;
   DQ_RETURN_IF_ERROR(CheckDrafter(c));
   if (c.decode.spec_k < 1 || c.decode.spec_k > 16) {
     return absl::InvalidArgumentError(

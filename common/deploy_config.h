@@ -11,7 +11,7 @@
 //              "self": draft_format | draft_weights, draft_group_size; for "dflash" (CPU
 //              workers): draft_weights (the DFlash drafter's directory); for both
 //              draft_on_prefill (true: the prefill worker holds the drafter too and ships its
-//              prompt KV)
+//              prompt KV); batch_invariant (GPU decode steps independent of their batch-mates)
 //   odp = true, or an [odp] table: crossover_tokens, slots, source ("disk" | "host"), image_dir
 //              (offloaded disaggregated prefill on one GPU, docs/odp.md)
 //
@@ -68,6 +68,7 @@ struct PhaseConfig {
   int draft_group_size = 0;
   std::string draft_weights;
   bool draft_on_prefill = true;
+  bool batch_invariant = false;  // dq-decode --batch-invariant
 };
 
 // Offloaded disaggregated prefill (docs/odp.md): the decode weights stay resident on the GPU (and

@@ -57,6 +57,11 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--device", f.model.device,
                  "where to compute and keep the KV cache: cpu, cuda or cuda:N (a CUDA build)")
       ->check(DeviceValidator());
+  app.add_flag(
+      "--batch-invariant", f.model.batch_invariant,
+      "GPU: each sequence's decode step independent of its batch-mates (greedy output then "
+      "does not depend on the batch; speculative decoding equals plain decoding bit for "
+      "bit); slower at larger batches");
   app.add_option("--speculative", f.server.speculative,
                  "speculative decoding: none (default), ngram (prompt lookup, no weights), self "
                  "(the model on cheaper weights: --draft-format or --draft-weights) or dflash "

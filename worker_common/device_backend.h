@@ -34,6 +34,8 @@ struct DeviceBackendOptions {
   // hook, so the prefill worker (whose one-token chunks look like decode steps) turns them off.
   bool graphs = true;
   OdpBackendOptions odp;
+  // Decode steps independent of their batch-mates (cuda::CudaBackendOptions::batch_invariant).
+  bool batch_invariant = false;
 };
 
 // Whether this binary has the CUDA backend.

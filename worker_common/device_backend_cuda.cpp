@@ -245,6 +245,7 @@ absl::StatusOr<BackendFactory> BackendForDevice(const DeviceSpec& device,
   co.device = device.index;
   if (options.max_batch_tokens > 0) co.max_batch_tokens = options.max_batch_tokens;
   co.use_graphs = options.graphs;
+  co.batch_invariant = options.batch_invariant;
   BackendFactory inner = cuda::CudaBackendFactory(co);
   if (options.odp.enabled) {
     cuda::OdpOptions odp;

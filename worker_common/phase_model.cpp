@@ -44,9 +44,10 @@ absl::StatusOr<std::unique_ptr<PhaseModel>> LoadPhaseModel(const PhaseModelOptio
   if (o.model.empty()) return absl::InvalidArgumentError("give --model (a .gguf file or HF dir)");
   auto pm = std::make_unique<PhaseModel>();
   DQ_ASSIGN_OR_RETURN(pm->device, ParseDeviceSpec(o.device));
-  DQ_ASSIGN_OR_RETURN(BackendFactory backend,
-                      BackendForDevice(pm->device, DeviceBackendOptions{o.max_batch_tokens,
-                                                                        o.device_graphs, o.odp}));
+  DQ_ASSIGN_OR_RETURN(
+      BackendFactory backend,
+      BackendForDevice(pm->device, DeviceBackendOptions{o.max_batch_tokens, o.device_graphs, o.odp,
+                                                        o.batch_invariant}));
   DQ_ASSIGN_OR_RETURN(pm->model, LoadModel(o.model));
   if (!o.weights.empty() && o.weights != o.model) {
     DQ_ASSIGN_OR_RETURN(pm->weights, LoadModel(o.weights));

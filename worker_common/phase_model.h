@@ -36,6 +36,8 @@ struct PhaseModelOptions {
   // decode steps may be replayed as CUDA graphs (see DeviceBackendOptions).
   int max_batch_tokens = 0;
   bool device_graphs = true;
+  // GPU decode steps independent of their batch-mates (DeviceBackendOptions::batch_invariant).
+  bool batch_invariant = false;
   // Offloaded disaggregated prefill (a prefill worker sharing its GPU, docs/odp.md): with
   // odp.enabled, `odp_resident_weights` (the decode checkpoint) is held resident and prefills
   // short prompts, and `weights` is streamed per pass for long ones.

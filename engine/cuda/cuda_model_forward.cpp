@@ -92,8 +92,9 @@ absl::Status CudaDecoderModel::Prepare(const Batch& batch, const KvBlockPool& po
   };
   for (const BatchItem& it : batch.items) {
     const int n0 = it.kv->num_tokens, n = static_cast<int>(it.tokens.size());
-    plan->decode = plan->decode && (plan->row_split || (n == 1 && !it.all_logits)) &&
-                   plan->seqs <= kMaxDecodeSeqs;
+    // A one-token item is a decode row whether or not it asks for "all" logits (it has one
+    // row): a speculative step in which nothing was drafted computes exactly a plain step.
+    plan->decode = plan->decode && (plan->row_split || n == 1) && plan->seqs <= kMaxDecodeSeqs;
     plan->max_q_len = std::max(plan->max_q_len, plan->row_split ? 1 : n);
     plan->logit_rows.push_back({it.all_logits ? t : t + n - 1, it.all_logits ? n : 1});
     plan->num_logit_rows += plan->logit_rows.back().second;

@@ -33,6 +33,7 @@ struct GenerateOptions {
   int threads = 0;
   int kv_capacity = 0;  // tokens; 0: the runner's default, min(context, 8192)
   std::string device = "cpu";
+  bool batch_invariant = false;  // cuda: cuda::CudaBackendOptions::batch_invariant
   SamplingParams sampling;
   std::string speculative = "none";  // drafter name, or none
   SpecConfig spec;
@@ -216,7 +217,9 @@ absl::Status RunGenerate(const GenerateOptions& o) {
                         OdpBackend(o.odp, pm.config, dm.config, pm.tokenizer, dm.tokenizer));
   } else if (o.device == "cuda") {
 #ifdef DQ_HAVE_CUDA
-    ro.backend = cuda::CudaBackendFactory();
+    cuda::CudaBackendOptions co;
+    co.batch_invariant = o.batch_invariant;
+    ro.backend = cuda::CudaBackendFactory(co);
 #else
     return absl::InvalidArgumentError(
         "this dqserve was built without CUDA; build with the release-cuda preset for --device "
@@ -283,6 +286,8 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   cmd->add_option("--stop", o->sampling.stop, "stop string (repeatable)");
   cmd->add_option("--threads", o->threads, "CPU threads (default: all)");
   cmd->add_option("--device", o->device, "cpu (default) or cuda");
+  cmd->add_flag("--batch-invariant", o->batch_invariant,
+                "cuda: decode steps independent of their batch-mates (see docs/speculative.md)");
   cmd->add_option("--kv-capacity", o->kv_capacity,
                   "KV cache tokens (default min(context, 8192); a prompt plus its answer must fit)")
       ->check(CLI::Range(0, 1 << 24));

@@ -85,6 +85,13 @@ TEST(DeployConfig, DecodeSpeculation) {
   ExpectError("model = \"m\"\n[decode]\nspec_k = 17\n", "spec_k must be in [1, 16]");
   // A decode key only.
   ExpectError("model = \"m\"\n[prefill]\nspeculative = \"ngram\"\n", "unknown key");
+  ExpectError("model = \"m\"\n[prefill]\nbatch_invariant = true\n", "unknown key");
+  auto inv = ParseDeployConfig("model = \"m\"\n[decode]\nbatch_invariant = true\n");
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  EXPECT_TRUE(inv->decode.batch_invariant);
+  auto plain = ParseDeployConfig("model = \"m\"\n");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->decode.batch_invariant);
 }
 
 TEST(DeployConfig, DevicePerPhase) {
