@@ -370,8 +370,9 @@ struct ActiveRequest::StreamState {
   bool stop_string = false;  // the router ended it on a stop string
   bool length_cut = false;   // the router ended it at max_tokens
   bool client_gone = false;
-  int skip_tokens = 0;  // tokens at the stream's head the client already has
-  SpecUsage spec;       // the decode worker's latest speculation counters (cumulative)
+  int skip_tokens = 0;      // tokens at the stream's head the client already has
+  int32_t skip_token = -1;  // what the first of them must be (the commit's first token)
+  SpecUsage spec;           // the decode worker's latest speculation counters (cumulative)
 };
 
 GenerationResult ActiveRequest::Run(const DeltaCallback& on_delta) {
@@ -406,6 +407,7 @@ GenerationResult ActiveRequest::Run(const DeltaCallback& on_delta) {
                                          : nullptr;
     ended = FeedToken(commit_.first_token(), lp, out, st, &delta);
     st.skip_tokens = 1;
+    st.skip_token = commit_.first_token();
     if (!delta.empty() && !on_delta(delta)) {
       st.client_gone = true;
       ended = true;
@@ -421,8 +423,9 @@ GenerationResult ActiveRequest::Run(const DeltaCallback& on_delta) {
     }
     if (done) break;
   }
-  // Whatever ended the loop early, the worker must stop and free the request's blocks.
-  if (!st.finished) ctx.TryCancel();
+  // Whatever ended the loop early (or a stream the router refused), the worker must stop and free
+  // the request's blocks.
+  if (!st.finished || st.finish_reason == v1::FINISH_REASON_ERROR) ctx.TryCancel();
   const grpc::Status status = reader->Finish();
   control_->ClearCall();
   GenerationResult result = Conclude(st, status, out);
@@ -467,7 +470,17 @@ bool ActiveRequest::ConsumeResponse(const v1::DecodeResponse& response, OutputAs
   for (int i = 0; i < response.token_ids_size(); ++i) {
     if (st.skip_tokens > 0) {
       --st.skip_tokens;
-      continue;
+      // worker.proto: the stream starts with the commit's first token. Anything else means the
+      // two workers disagree about the request: end it rather than stream a wrong answer.
+      if (response.token_ids(i) == st.skip_token) continue;
+      st.finished = true;
+      st.finish_reason = v1::FINISH_REASON_ERROR;
+      st.worker_error = absl::StrCat(
+          "the decode worker's stream began with token ", response.token_ids(i),
+          ", not the first token the prefill worker committed (", st.skip_token,
+          "); check that both workers run the same dqserve version and model, then retry");
+      spdlog::warn("request {}: {}", id(), st.worker_error);
+      return true;
     }
     const v1::PositionLogprobs* lp =
         input_.logprobs && with_logprobs ? &response.logprobs(i) : nullptr;
