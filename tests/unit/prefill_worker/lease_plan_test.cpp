@@ -103,5 +103,36 @@ TEST(LeasePlan, RefusesLeasesThatCannotHoldThePrompt) {
   EXPECT_NE(plan.status().message().find("block_bytes"), std::string::npos) << plan.status();
 }
 
+// Regions are looked up through a per-(tensor, layer) index: one spanning more layers than this
+// worker has serves the ones it has, and a layer left without a region is refused by name.
+TEST(LeasePlan, RegionsIndexedByLayerFindTheirLayersOnly) {
+  v1::KvLease lease;
+  lease.set_lease_id("x");
+  AddRun(lease, 10, 2);
+  AddRegion(lease, v1::KV_TENSOR_KEY, 0, 5, 0, 100);  // layers 0..4; this worker has 0..1
+  AddRegion(lease, v1::KV_TENSOR_VALUE, 1, 1, 0, 100);
+  AddRegion(lease, v1::KV_TENSOR_VALUE, 0, 1, 0, 100);
+  auto plan = LeasePlan::Create(lease, 32, kLocal);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const std::vector<int32_t> local = {3, 4};
+  const auto k1 = plan->Copies(v1::KV_TENSOR_KEY, 1, 0, 2, local);
+  ASSERT_EQ(k1.size(), 1u);
+  EXPECT_EQ(k1[0].region, 0);
+  EXPECT_EQ(k1[0].copies[0].remote_offset, kStride + 10 * kBlock);
+  const auto v0 = plan->Copies(v1::KV_TENSOR_VALUE, 0, 0, 2, local);
+  ASSERT_EQ(v0.size(), 1u);
+  EXPECT_EQ(v0[0].region, 2);  // the layer-0 V region, listed after layer 1's
+  EXPECT_EQ(v0[0].copies[0].remote_offset, 10 * kBlock);
+
+  v1::KvLease gap;
+  gap.set_lease_id("g");
+  AddRun(gap, 10, 2);
+  AddRegion(gap, v1::KV_TENSOR_KEY, 0, 2, 0, 100);
+  AddRegion(gap, v1::KV_TENSOR_VALUE, 0, 1, 0, 100);  // no V for layer 1
+  plan = LeasePlan::Create(gap, 32, kLocal);
+  EXPECT_NE(plan.status().message().find("no V region for layer 1 block 10"), std::string::npos)
+      << plan.status();
+}
+
 }  // namespace
 }  // namespace dq::prefill
