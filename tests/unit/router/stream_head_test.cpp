@@ -1,0 +1,160 @@
+// The router streams the first token from the prefill's commit and skips the decode worker's
+// repeat of it (worker.proto: the decode stream starts with the commit's first token). With
+// in-process gRPC fakes of both workers: a stream that starts with the committed token is
+// streamed once, token for token; one that starts with another token ends the request with a
+// 502 that says the workers disagree, instead of a wrong answer.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dqserve/v1/worker.grpc.pb.h"
+#include "router/request_pipeline.h"
+#include "tests/unit/router/router_test_model.h"
+
+namespace dq::router {
+namespace {
+
+namespace v1 = dqserve::v1;
+using std::chrono::milliseconds;
+
+constexpr int32_t kFirst = 5;  // the token the prefill worker commits
+
+class FakePrefill final : public v1::PrefillWorker::Service {
+  grpc::Status Prefill(grpc::ServerContext*, const v1::PrefillRequest* r,
+                       v1::PrefillResponse* out) override {
+    out->set_request_id(r->request_id());
+    v1::KvCommit* c = out->mutable_commit();
+    c->set_lease_id(r->lease().lease_id());
+    c->set_num_tokens(static_cast<uint32_t>(r->prompt_token_ids_size()));
+    c->set_first_token(kFirst);
+    return grpc::Status::OK;
+  }
+};
+
+// Streams `head` as the request's tokens, then finishes at the length limit.
+class FakeDecode final : public v1::DecodeWorker::Service {
+ public:
+  std::vector<int32_t> head;
+
+ private:
+  grpc::Status Reserve(grpc::ServerContext*, const v1::ReserveRequest* r,
+                       v1::KvLease* out) override {
+    out->set_lease_id("lease-1");
+    out->set_request_id(r->request_id());
+    return grpc::Status::OK;
+  }
+  grpc::Status Decode(grpc::ServerContext*, const v1::DecodeRequest* r,
+                      grpc::ServerWriter<v1::DecodeResponse>* w) override {
+    v1::DecodeResponse resp;
+    resp.set_request_id(r->request_id());
+    for (int32_t t : head) resp.add_token_ids(t);
+    resp.set_finished(true);
+    resp.set_finish_reason(v1::FINISH_REASON_LENGTH);
+    w->Write(resp);
+    return grpc::Status::OK;
+  }
+  grpc::Status Release(grpc::ServerContext*, const v1::ReleaseRequest*,
+                       v1::ReleaseResponse*) override {
+    return grpc::Status::OK;
+  }
+};
+
+v1::HandshakeResponse Handshake(const std::string& role) {
+  v1::HandshakeResponse r;
+  r.mutable_worker()->set_role(role);
+  v1::KvLayout* l = r.mutable_worker()->mutable_kv_layout();
+  l->set_architecture("Qwen3ForCausalLM");
+  l->set_num_layers(2);
+  l->set_num_kv_heads(2);
+  l->set_head_dim(64);
+  l->set_kv_dtype("bf16");
+  l->set_block_size(16);
+  r.mutable_worker()->add_transports("tcp");
+  r.set_kv_layout_compatible(true);
+  return r;
+}
+
+class StreamHeadTest : public ::testing::Test {
+ protected:
+  StreamHeadTest() : model_(TestModel()), scheduler_(SchedulerOptions{4, 4, milliseconds(5000)}) {
+    grpc::ServerBuilder b;
+    int port = 0;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    b.RegisterService(&prefill_);
+    b.RegisterService(&decode_);
+    server_ = b.BuildAndStart();
+    const std::string address = "127.0.0.1:" + std::to_string(port);
+    WorkerRegistryOptions o;
+    o.prefill_addresses = {address};
+    o.decode_addresses = {address};
+    registry_ = std::make_unique<WorkerRegistry>(o);
+    // Live without probes: the registry's state is set as its probe would set it.
+    for (WorkerRole role : {WorkerRole::kDecode, WorkerRole::kPrefill}) {
+      registry_->ApplyHandshake(role, 0,
+                                Handshake(role == WorkerRole::kDecode ? "decode" : "prefill"),
+                                registry_->reference_layout());
+      v1::WorkerHealthResponse h;
+      h.set_status(v1::SERVING_STATUS_SERVING);
+      registry_->ApplyHealth(role, 0, h);
+    }
+    pipeline_ = std::make_unique<RequestPipeline>(
+        PipelineOptions{milliseconds(10000), milliseconds(5000), milliseconds(1000)}, model_,
+        scheduler_, *registry_, metrics_);
+  }
+  ~StreamHeadTest() override {
+    pipeline_.reset();
+    server_->Shutdown();
+  }
+
+  // Runs one request through the fakes; `tokens` gets what the client was streamed.
+  GenerationResult Run(std::vector<int32_t>* tokens) {
+    GenerationInput in;
+    in.request_id = "r";
+    in.prompt_ids = {1, 2, 3};
+    in.max_tokens = 3;
+    StartResult s = pipeline_->Start(std::move(in));
+    EXPECT_TRUE(s.ok()) << s.error.message;
+    if (!s.ok()) return {};
+    return s.request->Run([&](const Delta& d) {
+      tokens->insert(tokens->end(), d.token_ids.begin(), d.token_ids.end());
+      return true;
+    });
+  }
+
+  ServedModel model_;
+  Scheduler scheduler_;
+  RouterMetrics metrics_;
+  FakePrefill prefill_;
+  FakeDecode decode_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<WorkerRegistry> registry_;
+  std::unique_ptr<RequestPipeline> pipeline_;
+};
+
+TEST_F(StreamHeadTest, TheCommittedFirstTokenIsStreamedOnce) {
+  decode_.head = {kFirst, 6, 7};
+  std::vector<int32_t> tokens;
+  const GenerationResult r = Run(&tokens);
+  EXPECT_FALSE(r.error.has_value()) << r.error->message;
+  EXPECT_EQ(tokens, (std::vector<int32_t>{kFirst, 6, 7}));
+}
+
+TEST_F(StreamHeadTest, AStreamThatStartsWithAnotherTokenIs502) {
+  decode_.head = {9, 6, 7};
+  std::vector<int32_t> tokens;
+  const GenerationResult r = Run(&tokens);
+  EXPECT_EQ(r.outcome, Outcome::kError);
+  ASSERT_TRUE(r.error.has_value());
+  EXPECT_EQ(r.error->http_status, 502);
+  EXPECT_NE(r.error->message.find("began with token 9, not the first token the prefill worker "
+                                  "committed (5)"),
+            std::string::npos)
+      << r.error->message;
+  EXPECT_EQ(tokens, (std::vector<int32_t>{kFirst}));  // nothing after the committed token
+}
+
+}  // namespace
+}  // namespace dq::router
