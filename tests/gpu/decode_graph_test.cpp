@@ -53,21 +53,11 @@ std::vector<int> CapturedBatches(const ModelRunner& r) {
       .captured_decode_batches();
 }
 
-// Values that differ (bitwise) and the largest difference.
-struct Mismatch {
-  int64_t values = 0;
-  double max_abs = 0;
-};
-Mismatch BitwiseCompare(const BatchLogits& a, const BatchLogits& b) {
-  Mismatch m;
+// Logits that differ (bitwise) and the largest difference; sizes that differ count as -1.
+gpu_test::Mismatch BitwiseCompare(const BatchLogits& a, const BatchLogits& b) {
   if (a.values.size() != b.values.size()) return {-1, INFINITY};
-  for (size_t i = 0; i < a.values.size(); ++i) {
-    if (std::memcmp(&a.values[i], &b.values[i], sizeof(float)) != 0) {
-      ++m.values;
-      m.max_abs = std::max(m.max_abs, double(std::fabs(a.values[i] - b.values[i])));
-    }
-  }
-  return m;
+  return gpu_test::BitwiseDiff(a.values.data(), b.values.data(),
+                               static_cast<int64_t>(a.values.size()));
 }
 
 class DecodeGraph : public ::testing::TestWithParam<GraphCase> {};
@@ -115,7 +105,7 @@ TEST_P(DecodeGraph, ReplayEqualsEagerStepBitwise) {
       BatchLogits le, lg;
       ASSERT_TRUE(eager->Forward(be, &le).ok());
       ASSERT_TRUE(graphed->Forward(bg, &lg).ok());
-      const Mismatch mm = BitwiseCompare(le, lg);
+      const gpu_test::Mismatch mm = BitwiseCompare(le, lg);
       EXPECT_EQ(mm.values, 0) << "step " << step << ": " << mm.values
                               << " logits differ, max |dlogit| " << mm.max_abs;
       compared += static_cast<int64_t>(le.values.size());

@@ -38,8 +38,8 @@ nvidia-smi topo -m >"$out/topo.txt" 2>&1
 head -4 "$out/topo.txt"
 
 failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
+# shellcheck source=tests/gpu/serve_lib.sh
+source tests/gpu/serve_lib.sh
 
 # The TOML for this machine, and the compose file's NCCL environment as `export` lines.
 port=$(MODEL=$model TOML=$toml OUT_TOML=$out/dqserve.toml python3 - <<'PY'
@@ -83,18 +83,10 @@ grep -q NCCL_HOSTID "$out/nccl_env.sh" || fail "no NCCL environment found in $co
 # shellcheck disable=SC1091
 source "$out/nccl_env.sh"
 
-"$bin/dqserve" up --config "$out/dqserve.toml" >"$out/up.log" 2>&1 &
-up=$!
-for _ in $(seq 1 600); do
-  grep -q "dqserve: serving" "$out/up.log" && break
-  kill -0 $up 2>/dev/null || break
-  sleep 0.5
-done
-if ! grep -q "dqserve: serving" "$out/up.log"; then
-  fail "dqserve up did not start: $(tail -c 3000 "$out/up.log")"
-  kill $up 2>/dev/null; wait $up 2>/dev/null
-  echo "$failures failure(s) (logs in $out)"; exit 1
-fi
+start_up "$out/dqserve.toml" "$out/up.log" || {
+  echo "$failures failure(s) (logs in $out)"
+  exit 1
+}
 grep -q "dq-prefill: .* on cuda:0, .*transports nccl (nccl straight from device blocks)" \
   "$out/up.log" && pass "dq-prefill on cuda:0 posts KV over nccl from device blocks" ||
   fail "dq-prefill is not on cuda:0 with nccl (see $out/up.log)"

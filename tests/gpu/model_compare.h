@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -60,6 +61,22 @@ inline Top1 CountTop1(const Comparison& c, double tie_margin) {
     }
   }
   return t;
+}
+
+// Values of `a` and `b` (n each) that differ bitwise, and the largest difference among them.
+struct Mismatch {
+  int64_t values = 0;
+  double max_abs = 0;
+};
+inline Mismatch BitwiseDiff(const float* a, const float* b, int64_t n) {
+  Mismatch m;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::memcmp(a + i, b + i, sizeof(float)) != 0) {
+      ++m.values;
+      m.max_abs = std::max(m.max_abs, double(std::fabs(a[i] - b[i])));
+    }
+  }
+  return m;
 }
 
 inline int Argmax(const float* x, int n) {

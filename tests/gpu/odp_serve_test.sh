@@ -12,8 +12,8 @@ bin=${DQ_BIN:-build/release-cuda/bin}
 out=${OUT:-/tmp/dq-odp-serve}
 mkdir -p "$out"
 failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
+# shellcheck source=tests/gpu/serve_lib.sh
+source tests/gpu/serve_lib.sh
 
 "$bin/dq-tool" make-tiny --out "$out/tiny" --seed 7 --hidden 256 --heads 4 --kv-heads 2 \
   --head-dim 64 --intermediate 512 --layers 5 \
@@ -45,18 +45,10 @@ device = "cuda:0"
 crossover_tokens = 1
 image_dir = "$out"
 TOML
-"$bin/dqserve" up --config "$out/odp.toml" --worker-log-level info >"$out/up.log" 2>&1 &
-up=$!
-for _ in $(seq 1 600); do
-  grep -q "dqserve: serving" "$out/up.log" && break
-  kill -0 $up 2>/dev/null || break
-  sleep 0.5
-done
-if ! grep -q "dqserve: serving" "$out/up.log"; then
-  fail "dqserve up did not start: $(tail -c 3000 "$out/up.log")"
-  kill $up 2>/dev/null; wait $up 2>/dev/null
-  echo "$failures failure(s)"; exit 1
-fi
+start_up "$out/odp.toml" "$out/up.log" --worker-log-level info || {
+  echo "$failures failure(s)"
+  exit 1
+}
 grep -q "layers streamed" "$out/up.log" && pass "the prefill worker streams its layers" ||
   fail "no 'layers streamed' line in $out/up.log"
 

@@ -33,8 +33,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>
   tee "$out/gpu.txt"
 
 failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
+# shellcheck source=tests/gpu/serve_lib.sh
+source tests/gpu/serve_lib.sh
 
 n=48
 prompts=("Write a short story about a robot who learns to paint. Describe the colors it discovers and how it feels."
@@ -62,18 +62,10 @@ device = "$prefill_device"
 [decode]
 device = "$decode_device"
 TOML
-"$bin/dqserve" up --config "$out/serve.toml" >"$out/up.log" 2>&1 &
-up=$!
-for _ in $(seq 1 600); do
-  grep -q "dqserve: serving" "$out/up.log" && break
-  kill -0 $up 2>/dev/null || break
-  sleep 0.5
-done
-if ! grep -q "dqserve: serving" "$out/up.log"; then
-  fail "dqserve up did not start: $(tail -c 3000 "$out/up.log")"
-  kill $up 2>/dev/null; wait $up 2>/dev/null
-  echo "$failures failure(s)"; exit 1
-fi
+start_up "$out/serve.toml" "$out/up.log" || {
+  echo "$failures failure(s)"
+  exit 1
+}
 if [ "$transport" = nccl ]; then
   grep -q "dq-prefill: .* on $prefill_device, .*transports nccl (nccl straight from device blocks)" \
     "$out/up.log" && pass "dq-prefill runs on $prefill_device, nccl from device blocks" ||

@@ -39,16 +39,11 @@ std::unique_ptr<ModelRunner> MakeRunner(const Model& m, bool batch_invariant = f
   return r.ok() ? std::move(*r) : nullptr;
 }
 
-// Logits rows that differ bitwise from `want`'s, and the largest difference.
-std::pair<int64_t, double> Differ(const float* got, const float* want, int64_t n) {
-  std::pair<int64_t, double> d{0, 0.0};
-  for (int64_t i = 0; i < n; ++i) {
-    if (std::memcmp(got + i, want + i, sizeof(float)) != 0) {
-      ++d.first;
-      d.second = std::max(d.second, double(std::fabs(got[i] - want[i])));
-    }
-  }
-  return d;
+// The model of `c`, quantized into `dir` when the case asks for a format.
+absl::StatusOr<std::unique_ptr<Model>> CaseModel(const VerifyCase& c, const std::string& dir) {
+  DQ_ASSIGN_OR_RETURN(auto source, LoadModel(gpu_test::TestModelPath(c.model)));
+  if (c.format.empty()) return source;
+  return gpu_test::QuantizedCopy(*source, dir, c.format, c.format, c.group_size);
 }
 
 TEST_P(VerifyRows, MultiTokenPassEqualsDecodeStepsBitwise) {
@@ -56,16 +51,10 @@ TEST_P(VerifyRows, MultiTokenPassEqualsDecodeStepsBitwise) {
   const VerifyCase& c = GetParam();
   const std::string path = gpu_test::TestModelPath(c.model);
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
-  auto source = LoadModel(path);
-  ASSERT_TRUE(source.ok()) << source.status();
   gpu_test::ScratchDir dir;
-  std::unique_ptr<Model> quantized;
-  if (!c.format.empty()) {
-    auto q = gpu_test::QuantizedCopy(**source, dir.path(), c.format, c.format, c.group_size);
-    ASSERT_TRUE(q.ok()) << q.status();
-    quantized = std::move(*q);
-  }
-  const Model& m = quantized ? *quantized : **source;
+  auto model = CaseModel(c, dir.path());
+  ASSERT_TRUE(model.ok()) << model.status();
+  const Model& m = **model;
   std::unique_ptr<ModelRunner> runner = MakeRunner(m);
   ASSERT_TRUE(runner);
   const uint64_t seed = gpu_test::FreshSeed();
@@ -98,27 +87,21 @@ TEST_P(VerifyRows, MultiTokenPassEqualsDecodeStepsBitwise) {
       const absl::Status s = runner->Forward(Batch{Phase::kDecode, {{&seq, fed, true}}}, &lv);
       ASSERT_TRUE(s.ok()) << s;
       ASSERT_EQ(lv.values.size(), steps.size());
-      const auto [values, max_abs] = Differ(lv.values.data(), steps.data(), steps.size());
+      const auto [values, max_abs] =
+          gpu_test::BitwiseDiff(lv.values.data(), steps.data(), steps.size());
       EXPECT_EQ(values, 0) << "pass " << pass << ": " << values << " of " << steps.size()
                            << " logits differ from the one-token steps, max |dlogit| " << max_abs;
     }
     runner->kv_pool().release(seq);
   }
-  const auto& model =
+  const auto& cuda_model =
       dynamic_cast<const cuda::CudaDecoderModel&>(runner->forward_model(Phase::kDecode));
-  EXPECT_EQ(model.captured_decode_batches(/*row_split=*/true), (std::vector<int>{2, 3, 4, 5}))
+  EXPECT_EQ(cuda_model.captured_decode_batches(/*row_split=*/true), (std::vector<int>{2, 3, 4, 5}))
       << "the verification passes did not run as decode rows from graphs";
   std::printf(
       "[%s verify] seed %llu: 2..5-token verification passes == one-token steps "
       "bitwise: %s\n",
       c.name.c_str(), static_cast<unsigned long long>(seed), HasFailure() ? "NO" : "yes");
-}
-
-// The model of `c`, quantized into `dir` when the case asks for a format.
-absl::StatusOr<std::unique_ptr<Model>> CaseModel(const VerifyCase& c, const std::string& dir) {
-  DQ_ASSIGN_OR_RETURN(auto source, LoadModel(gpu_test::TestModelPath(c.model)));
-  if (c.format.empty()) return source;
-  return gpu_test::QuantizedCopy(*source, dir, c.format, c.format, c.group_size);
 }
 
 // CudaBackendOptions::batch_invariant: a sequence's logits are the same bits whether it decodes
@@ -162,7 +145,7 @@ TEST_P(VerifyRows, BatchInvariantDecodeIgnoresBatchMates) {
         Phase::kDecode,
         {{&a2, t, false}, {&b2, std::span(&nb, 1), false}, {&c2, std::span(&nc, 1), false}}};
     ASSERT_TRUE(shared->Forward(three, &l2).ok());
-    const auto [values, max_abs] = Differ(l2.row(0), l1.row(0), l1.vocab);
+    const auto [values, max_abs] = gpu_test::BitwiseDiff(l2.row(0), l1.row(0), l1.vocab);
     EXPECT_EQ(values, 0) << "step " << step << ": " << values << " logits differ, max |dlogit| "
                          << max_abs;
     next = gpu_test::Argmax(l1.row(0), l1.vocab);
@@ -182,7 +165,7 @@ TEST_P(VerifyRows, BatchInvariantDecodeIgnoresBatchMates) {
   BatchLogits lv;
   const absl::Status s = shared->Forward(verify, &lv);
   ASSERT_TRUE(s.ok()) << s;
-  const auto [values, max_abs] = Differ(lv.row(2), l1.row(0), l1.vocab);
+  const auto [values, max_abs] = gpu_test::BitwiseDiff(lv.row(2), l1.row(0), l1.vocab);
   EXPECT_EQ(values, 0) << "verification row: " << values << " logits differ, max |dlogit| "
                        << max_abs;
   std::printf(

@@ -15,6 +15,7 @@
 #include "engine/generate/generator.h"
 #include "engine/spec/dflash_checkpoint_maker.h"
 #include "engine/spec/hidden_capture.h"
+#include "tests/unit/engine/spec/spec_test_util.h"
 #include "tests/unit/engine/tiny_model.h"
 
 namespace dq {
@@ -80,27 +81,15 @@ class DFlashDrafterTest : public ::testing::Test {
   }
 
   GenerationRequest Request(const std::string& text, int max_tokens, float temperature = 0) {
-    GenerationRequest r;
-    r.prompt = model_->tokenizer.Encode(text);
-    r.params.max_tokens = max_tokens;
-    r.params.temperature = temperature;
-    r.params.seed = 7;
-    r.params.ignore_eos = true;
-    return r;
+    return spec_test::Request(*model_, text, max_tokens, temperature, /*seed=*/7);
   }
   absl::StatusOr<std::vector<GenerationResult>> TryRun(const std::vector<GenerationRequest>& reqs,
                                                        Drafter* drafter, int k = 4) {
-    GeneratorOptions go;
-    go.drafter = drafter;
-    go.spec.k = k;
-    Generator g(*runner_, model_->tokenizer, model_->config.eos_token_ids, go);
-    return g.Generate(reqs);
+    return spec_test::TryRun(*runner_, *model_, reqs, drafter, k);
   }
   std::vector<GenerationResult> Run(const std::vector<GenerationRequest>& reqs,
                                     Drafter* drafter = nullptr, int k = 4) {
-    auto r = TryRun(reqs, drafter, k);
-    EXPECT_TRUE(r.ok()) << r.status();
-    return r.ok() ? *r : std::vector<GenerationResult>{};
+    return spec_test::Run(*runner_, *model_, reqs, drafter, k);
   }
 
   // Plain vs speculative for each k: same tokens, text and finish reason; every step drafted

@@ -8,6 +8,7 @@
 
 #include "engine/generate/generator.h"
 #include "engine/spec/ngram_drafter.h"
+#include "tests/unit/engine/spec/spec_test_util.h"
 #include "tests/unit/engine/tiny_model.h"
 
 namespace dq {
@@ -65,12 +66,7 @@ class SpecGeneratorTest : public ::testing::Test {
   }
 
   GenerationRequest Request(const std::string& text, int max_tokens, float temperature = 0) {
-    GenerationRequest r;
-    r.prompt = model_->tokenizer.Encode(text);
-    r.params.max_tokens = max_tokens;
-    r.params.temperature = temperature;
-    r.params.ignore_eos = true;
-    return r;
+    return spec_test::Request(*model_, text, max_tokens, temperature);
   }
 
   std::vector<GenerationResult> Run(const std::vector<GenerationRequest>& reqs,
