@@ -9,6 +9,7 @@
 #include "engine/cpu/cpu_ops.h"
 #include "engine/cuda/attention_decode.h"
 #include "engine/cuda/attention_prefill.h"
+#include "engine/cuda/attention_prefill_fp8.h"
 #include "engine/cuda/cuda_model_internal.h"
 #include "engine/cuda/elementwise.h"
 #include "engine/cuda/linear_fuse.h"
@@ -145,11 +146,19 @@ void CountLinears(const CudaDecoderModel::Layer& l, CudaModelStats& stats) {
   count(l.down);
 }
 
+int CountFp8Linears(const CudaDecoderModel::Layer& l) {
+  int n = (l.o.kind == LinearKind::kFp8) + (l.down.kind == LinearKind::kFp8);
+  for (const DeviceLinear& d : l.qkv) n += d.kind == LinearKind::kFp8;
+  for (const DeviceLinear& d : l.gate_up) n += d.kind == LinearKind::kFp8;
+  return n;
+}
+
 }  // namespace
 
 absl::Status CudaDecoderModel::Upload(const DecoderModel& cpu,
                                       const CudaWeightPlacement& placement) {
   const DecoderWeights& w = cpu.weights();
+  int fp8_linears = 0;
   if (placement.stream != nullptr) {
     DQ_ASSIGN_OR_RETURN(streamer_, WeightStreamer::Create(*placement.stream));
   }
@@ -160,6 +169,7 @@ absl::Status CudaDecoderModel::Upload(const DecoderModel& cpu,
     stats_.fused_qkv_layers += l.qkv.size() == 1;
     stats_.fused_gate_up_layers += l.gate_up.size() == 1;
     CountLinears(l, stats_);
+    fp8_linears += CountFp8Linears(l);
     if (streamer_) {
       DQ_RETURN_IF_ERROR(streamer_->AddLayer(l));
     } else {
@@ -184,6 +194,10 @@ absl::Status CudaDecoderModel::Upload(const DecoderModel& cpu,
     DQ_ASSIGN_OR_RETURN(lm_head_, UploadLinear(w.lm_head));
     stats_.weight_bytes += embedding_.bytes() + lm_head_.device_bytes();
   }
+  // FP8 attention goes with FP8 linears: every layer linear W8A8 in e4m3.
+  stats_.fp8_attention = options_.fp8_attention && stats_.layer_linears > 0 &&
+                         fp8_linears == stats_.layer_linears &&
+                         PrefillAttentionFp8Supported(kv_->layer(0));
   final_norm_ = Floats(w.final_norm);
   inv_freq_ = Floats(cpu::RopeInverseFrequencies(config_.head_dim, config_.rope_theta));
   stats_.kv_cache_bytes = kv_->bytes();
@@ -212,7 +226,9 @@ void CudaDecoderModel::AllocateWorkspace() {
   b.cu_seqlens = 3 * b.cap_tokens;
   b.prefix = b.cu_seqlens + b.cap_seqs + 1;
   b.ctx = b.prefix + b.cap_seqs;
-  b.tables = b.ctx + b.cap_seqs;
+  b.cu_q_tiles = b.ctx + b.cap_seqs;
+  b.cu_key_tiles = b.cu_q_tiles + b.cap_seqs + 1;
+  b.tables = b.cu_key_tiles + b.cap_seqs + 1;
   b.meta_ints = b.tables + b.cap_seqs * b.max_blocks;
   b.meta = DeviceBuffer(b.meta_ints * 4);
   CUDA_CHECK(cudaMallocHost(&b.host_meta, b.meta_ints * 4));
@@ -229,6 +245,23 @@ void CudaDecoderModel::AllocateWorkspace() {
   b.logits = DeviceBuffer(b.cap_rows * static_cast<int64_t>(c.vocab_size) * 4);
   b.decode_ws = DeviceBuffer(DecodeAttentionWorkspaceBytes(
       std::max(options_.max_graph_batch, kMaxDecodeSeqs), c.num_heads, c.head_dim, c.max_context));
+}
+
+void CudaDecoderModel::AllocateFp8AttentionWorkspace() {
+  Buffers& b = *buf_;
+  if (!stats_.fp8_attention || b.fp8_attn_ws.bytes() > 0) return;
+  const ModelConfig& c = config_;
+  // One prompt of a full pass, or a chunk over a cached prefix up to the context, plus a
+  // tile of rounding for each of a few sequences.
+  constexpr int kSlack = 16;
+  b.fp8_q_tile_cap = static_cast<int>(b.cap_tokens / kFp8AttentionTile) + kSlack;
+  b.fp8_key_tile_cap =
+      static_cast<int>(std::max<int64_t>(b.cap_tokens, c.max_context) / kFp8AttentionTile) + kSlack;
+  b.fp8_seq_cap = kSlack;
+  b.fp8_attn_ws = DeviceBuffer(PrefillAttentionFp8WorkspaceBytes(
+      b.fp8_q_tile_cap, b.fp8_key_tile_cap, b.fp8_seq_cap, c.num_heads, c.num_kv_heads));
+  spdlog::info("cuda model: FP8 prefill attention, {:.1f} MiB of workspace",
+               b.fp8_attn_ws.bytes() / 1048576.0);
 }
 
 absl::Status CudaDecoderModel::ShareWorkspace(const CudaDecoderModel& peer) {
@@ -283,6 +316,7 @@ absl::StatusOr<std::unique_ptr<CudaDecoderModel>> CudaDecoderModel::Create(
   } else {
     m->AllocateWorkspace();
   }
+  m->AllocateFp8AttentionWorkspace();
   spdlog::info(
       "cuda model: {:.1f} MiB of weights, {:.1f} MiB of KV cache, fused qkv in {}/{} "
       "layers, gate|up in {}/{}, activations quantized in {}/{} layer linears",

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/cuda/attention_decode.h"
 #include "engine/cuda/attention_prefill.h"
+#include "engine/cuda/attention_prefill_fp8.h"
 #include "engine/cuda/cuda_model.h"
 #include "engine/cuda/cuda_model_internal.h"
 #include "engine/cuda/elementwise.h"
@@ -107,6 +108,7 @@ absl::Status CudaDecoderModel::Prepare(const Batch& batch, const KvBlockPool& po
     }
     if (!plan->row_split) close_row(it, t, n0 + n);
   }
+  if (!plan->decode && stats_.fp8_attention) PlanFp8Attention(plan);
   // Only the used part of each array travels (the block tables' region is large).
   auto upload = [&](int64_t off, int64_t n) {
     CUDA_CHECK(cudaMemcpyAsync(b.dev(off), m + off, n * 4, cudaMemcpyHostToDevice, stream_));
@@ -117,6 +119,25 @@ absl::Status CudaDecoderModel::Prepare(const Batch& batch, const KvBlockPool& po
   upload(b.cu_seqlens, b.tables - b.cu_seqlens);  // cu_seqlens, prefix, ctx: a few KiB
   upload(b.tables, plan->seqs * b.max_blocks);
   return absl::OkStatus();
+}
+
+void CudaDecoderModel::PlanFp8Attention(Plan* plan) const {
+  const Buffers& b = *buf_;
+  int32_t* m = b.host_meta;
+  std::vector<int32_t> fresh(plan->seqs), ctx(plan->seqs);
+  for (int r = 0; r < plan->seqs; ++r) {
+    fresh[r] = m[b.cu_seqlens + r + 1] - m[b.cu_seqlens + r];
+    ctx[r] = m[b.ctx + r];
+  }
+  PrefillAttentionFp8Args f;
+  PlanFp8AttentionTiles(fresh.data(), ctx.data(), plan->seqs, m + b.cu_q_tiles, m + b.cu_key_tiles,
+                        &f);
+  plan->fp8_q_tiles = f.total_q_tiles;
+  plan->fp8_key_tiles = f.total_key_tiles;
+  plan->fp8_max_key_tiles = f.max_key_tiles;
+  // A batch beyond the workspace (many sequences, long cached prefixes) takes bf16 attention.
+  plan->fp8_attention = plan->seqs <= b.fp8_seq_cap && f.total_q_tiles <= b.fp8_q_tile_cap &&
+                        f.total_key_tiles <= b.fp8_key_tile_cap;
 }
 
 absl::StatusOr<bool> CudaDecoderModel::Launch(const Plan& plan, const ForwardHooks& hooks,
@@ -262,7 +283,20 @@ void CudaDecoderModel::EnqueueLayer(int l, const Layer& L, const Plan& plan,
     a.num_seqs = plan.seqs;
     a.num_heads = c.num_heads;
     a.max_q_len = plan.max_q_len;
-    PrefillAttentionForward(a, cache, stream_);
+    if (plan.fp8_attention) {
+      PrefillAttentionFp8Args f;
+      f.attn = a;
+      f.cu_q_tiles = b.dev(b.cu_q_tiles);
+      f.cu_key_tiles = b.dev(b.cu_key_tiles);
+      f.total_q_tiles = plan.fp8_q_tiles;
+      f.total_key_tiles = plan.fp8_key_tiles;
+      f.max_key_tiles = plan.fp8_max_key_tiles;
+      f.workspace = b.fp8_attn_ws.get();
+      f.workspace_bytes = b.fp8_attn_ws.bytes();
+      PrefillAttentionFp8Forward(f, cache, stream_);
+    } else {
+      PrefillAttentionForward(a, cache, stream_);
+    }
   }
   LinearForward(L.o, {attn, T, nullptr, b.x.get<float>(), inv(L.o)}, *linear_, stream_);
   RmsNormForward({b.x.get<float>(), nullptr, nullptr, nullptr, L.ffn_norm.get<float>(), h, T,

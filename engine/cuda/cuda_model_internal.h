@@ -26,6 +26,10 @@ struct CudaDecoderModel::Plan {
   // row's logits are computed exactly as a one-token decode step computes them.
   bool row_split = false;
   int max_q_len = 0;
+  // FP8 prefill attention for this pass (the model's option, and the batch's tiles fit the
+  // workspace); the tile totals its kernels are sized by.
+  bool fp8_attention = false;
+  int fp8_q_tiles = 0, fp8_key_tiles = 0, fp8_max_key_tiles = 0;
   // Rows whose logits are wanted: per item, its first such token and how many.
   std::vector<std::pair<int64_t, int64_t>> logit_rows;
   int64_t num_logit_rows = 0;
@@ -46,8 +50,13 @@ struct CudaDecoderModel::Buffers {
   int max_blocks = 0;
   // Offsets (in int32s) of each array inside `meta`.
   int64_t ids = 0, positions = 0, slots = 0, cu_seqlens = 0, prefix = 0, tables = 0, ctx = 0;
+  int64_t cu_q_tiles = 0, cu_key_tiles = 0;  // FP8 prefill attention's tile offsets
   int64_t meta_ints = 0;
   DeviceBuffer meta, x, h, qkv, attn, gu, rows, rows_h, logits, decode_ws;
+  // FP8 prefill attention's workspace (allocated by the first model that runs it) and the
+  // tiles it holds; a batch with more runs bf16 attention.
+  DeviceBuffer fp8_attn_ws;
+  int fp8_q_tile_cap = 0, fp8_key_tile_cap = 0, fp8_seq_cap = 0;
   int32_t* host_meta = nullptr;  // pinned
   float* host_logits = nullptr;  // pinned, [max_graph_batch, vocab]: graphed decode steps' logits
   int32_t* dev(int64_t off) const { return meta.get<int32_t>() + off; }

@@ -30,6 +30,23 @@ __device__ __forceinline__ void Wait(uint32_t bar, uint32_t parity) {
       : "memory");
 }
 
+// Arrives and adds `bytes` to the transaction count the phase waits for (a bulk copy's
+// complete_tx pays it back as the bytes land).
+__device__ __forceinline__ void ArriveExpectTx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// One bulk (TMA engine, no tensor map) copy of `bytes` contiguous global bytes into shared
+// memory, completing on `bar`. Addresses 16-aligned, bytes a multiple of 16.
+__device__ __forceinline__ void BulkCopy(uint32_t dst, const void* src, uint32_t bytes,
+                                         uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+
 // Named barriers (ids 1..15; 0 is __syncthreads) over `threads` threads.
 __device__ __forceinline__ void NamedSync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

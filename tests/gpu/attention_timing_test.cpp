@@ -14,6 +14,7 @@
 
 #include "engine/cuda/attention_decode.h"
 #include "engine/cuda/attention_prefill.h"
+#include "engine/cuda/attention_prefill_fp8.h"
 #include "engine/cuda/device_buffer.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -83,17 +84,40 @@ std::string PrefillTiming(int tokens, const char* kernel) {
   a.num_seqs = 1;
   a.num_heads = kHeads;
   a.max_q_len = tokens;
-  const double ms = MedianMs([&] { PrefillAttentionForward(a, cache.layer, nullptr); }, 10);
+  // "fp8": the FP8 kernel, its quantization of Q, K and V included in the time.
+  const bool fp8 = std::string(kernel) == "fp8";
+  PrefillAttentionFp8Args f;
+  std::vector<int32_t> cu_q(2), cu_k(2);
+  const std::vector<int32_t> ctx{tokens};
+  PlanFp8AttentionTiles(ctx.data(), ctx.data(), 1, cu_q.data(), cu_k.data(), &f);
+  DeviceBuffer d_cu_q = DeviceBuffer::From(cu_q), d_cu_k = DeviceBuffer::From(cu_k);
+  f.workspace_bytes =
+      PrefillAttentionFp8WorkspaceBytes(f.total_q_tiles, f.total_key_tiles, 1, kHeads, kKvHeads);
+  DeviceBuffer ws(fp8 ? f.workspace_bytes : 0);
+  f.attn = a;
+  f.cu_q_tiles = d_cu_q.get<int32_t>();
+  f.cu_key_tiles = d_cu_k.get<int32_t>();
+  f.workspace = ws.get();
+  const double ms = MedianMs(
+      [&] {
+        if (fp8) {
+          PrefillAttentionFp8Forward(f, cache.layer, nullptr);
+        } else {
+          PrefillAttentionForward(a, cache.layer, nullptr);
+        }
+      },
+      10);
   // Causal: QK^T and PV over T^2 / 2 pairs, 2 flops per multiply-add.
   const double flops = 4.0 * 0.5 * double(tokens) * tokens * kHeadDim * kHeads;
   const double tflops = flops / (ms * 1e-3) / 1e12;
+  const double peak = fp8 ? 2 * kPeakTflops : kPeakTflops;
   std::printf("prefill attention qwen3-4b T=%d [%s]: %.3f ms, %.1f TFLOP/s (%.1f%% of %.0f)\n",
-              tokens, kernel, ms, tflops, 100 * tflops / kPeakTflops, kPeakTflops);
+              tokens, kernel, ms, tflops, 100 * tflops / peak, peak);
   char buf[256];
   std::snprintf(buf, sizeof buf,
                 "{\"op\": \"prefill_attention\", \"kernel\": \"%s\", \"tokens\": %d, \"ms\": %.4f, "
                 "\"tflops\": %.2f, \"peak_tflops\": %.0f}",
-                kernel, tokens, ms, tflops, kPeakTflops);
+                kernel, tokens, ms, tflops, peak);
   return buf;
 }
 
@@ -135,8 +159,10 @@ TEST(GpuAttentionTiming, Qwen3Shape) {
   DQ_REQUIRE_GPU();
   std::vector<std::string> rows;
   // Each kernel variant (selected through the environment, as a tuning override) in turn.
-  for (const char* kernel : {"ws64", "ws64pp", "ws128", "ws128pp", "wg64pp", "wg128pp", "mma"}) {
+  for (const char* kernel :
+       {"fp8", "ws64", "ws64pp", "ws128", "ws128pp", "wg64pp", "wg128pp", "mma"}) {
     setenv("DQ_PREFILL_KERNEL", kernel, 1);
+    rows.push_back(PrefillTiming(32768, kernel));
     rows.push_back(PrefillTiming(8192, kernel));
     rows.push_back(PrefillTiming(2048, kernel));
   }
