@@ -74,7 +74,10 @@ absl::Status ReadPhase(const toml::table& t, const std::string& name, PhaseConfi
   r.Get("threads", &p->threads);
   r.Get("kv_capacity", &p->kv_capacity);
   r.Get("port", &p->port);
-  if (name == "prefill") r.Get("token_budget", &p->token_budget);
+  if (name == "prefill") {
+    r.Get("token_budget", &p->token_budget);
+    r.Get("attention", &p->attention);
+  }
   if (name == "decode") {
     r.Get("max_batch", &p->max_batch);
     r.Get("lease_ttl_ms", &p->lease_ttl_ms);
@@ -178,6 +181,23 @@ absl::Status CheckOdp(const DeployConfig& c, const DeviceSpec& prefill, const De
   return absl::OkStatus();
 }
 
+// [prefill] attention: FP8 attention goes with FP8 linears (compute = "w8a8") on a GPU.
+absl::Status CheckAttention(const PhaseConfig& p, const DeviceSpec& device) {
+  if (p.attention != "bf16" && p.attention != "fp8") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("[prefill] attention must be \"bf16\" or \"fp8\", got \"", p.attention, "\""));
+  }
+  if (p.attention == "fp8" && (p.compute != "w8a8" || !device.cuda)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[prefill] attention = \"fp8\" is only for compute = \"w8a8\" on a GPU (got compute = "
+        "\"",
+        p.compute, "\", device = \"", p.device,
+        "\"); set device = \"cuda:N\" with an fp8 checkpoint and compute = \"w8a8\", or "
+        "attention = \"bf16\""));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckValues(const DeployConfig& c) {
   if (c.model.empty()) {
     return absl::InvalidArgumentError(
@@ -232,6 +252,7 @@ absl::Status CheckValues(const DeployConfig& c) {
         "\"); NCCL cannot connect a GPU to itself: use e.g. \"cuda:0\" and "
         "\"cuda:1\", or backend = \"tcp\""));
   }
+  DQ_RETURN_IF_ERROR(CheckAttention(c.prefill, *devices[0]));
   return CheckOdp(c, *devices[0], *devices[1]);
 }
 

@@ -5,7 +5,8 @@
 //   [router]   host, port, grpc_port, api_key_env, max_in_flight, max_queue, queue_timeout_ms,
 //              request_timeout_ms, max_body_bytes
 //   [transfer] backend ("tcp" | "ucx" | "nccl": GPU to GPU, both workers on GPUs), io_timeout_ms
-//   [prefill]  weights, compute, device, threads, token_budget, kv_capacity, port
+//   [prefill]  weights, compute, device, threads, token_budget, kv_capacity, port, attention
+//              ("bf16" | "fp8": FP8 attention for compute = "w8a8" on a GPU, docs/serving.md)
 //   [decode]   weights, compute, device, threads, max_batch, kv_capacity, lease_ttl_ms, port,
 //              speculative ("none" | "ngram" | "self" | "dflash"), spec_k (1..16), and for
 //              "self": draft_format | draft_weights, draft_group_size; for "dflash" (CPU
@@ -56,6 +57,7 @@ struct PhaseConfig {
   int port = 0;         // 0: a free loopback port
   // prefill only
   int token_budget = 2048;
+  std::string attention = "bf16";  // dq-prefill --attention: "bf16" or "fp8"
   // decode only
   int max_batch = 4;
   int lease_ttl_ms = 120000;

@@ -28,6 +28,7 @@ struct Flags {
   std::string odp_source = "disk";
   std::string odp_image_dir;
   std::string speculative;  // empty: self when drafter weights are given
+  std::string attention = "bf16";
 };
 
 // --speculative against the drafter flags; an error message, or empty.
@@ -83,6 +84,11 @@ void AddFlags(CLI::App& app, Flags& f) {
           },
           "cpu|cuda|cuda:N"))
       ->capture_default_str();
+  app.add_option("--attention", f.attention,
+                 "prefill attention: bf16, or fp8 (e4m3 Q/K/V/P; --compute w8a8 on a CUDA "
+                 "device, changes numerics slightly, docs/serving.md)")
+      ->check(CLI::IsMember({"bf16", "fp8"}))
+      ->capture_default_str();
   // Offloaded disaggregated prefill (docs/odp.md): on a GPU shared with the decode worker.
   app.add_option("--odp-resident-weights", f.model.odp_resident_weights,
                  "ODP: keep this (decode) checkpoint resident for short prompts and stream "
@@ -134,6 +140,12 @@ std::vector<std::string> SplitList(const std::string& s) {
 int Run(Flags& f) {
   if (const std::string bad = ResolveDrafter(f); !bad.empty()) {
     spdlog::error("dq-prefill: {}", bad);
+    return 2;
+  }
+  // Before any weight is read.
+  f.model.fp8_attention = f.attention == "fp8";
+  if (const absl::Status bad = dq::worker::CheckFp8Attention(f.model); !bad.ok()) {
+    spdlog::error("dq-prefill: {}", std::string(bad.message()));
     return 2;
   }
   f.server.transports = SplitList(f.transports);

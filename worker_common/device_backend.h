@@ -36,6 +36,9 @@ struct DeviceBackendOptions {
   OdpBackendOptions odp;
   // Decode steps independent of their batch-mates (cuda::CudaBackendOptions::batch_invariant).
   bool batch_invariant = false;
+  // Prefill attention in FP8 for a phase whose linears all compute in FP8 W8A8 (ODP: the
+  // streamed prefill model); other models ignore it (cuda::CudaBackendOptions::fp8_attention).
+  bool fp8_attention = false;
 };
 
 // Whether this binary has the CUDA backend.
@@ -46,6 +49,11 @@ bool BuiltWithCuda();
 // Checked before any weight is read, so a wrong device fails at once.
 absl::StatusOr<BackendFactory> BackendForDevice(const DeviceSpec& device,
                                                 const DeviceBackendOptions& options);
+
+// Whether the prefill passes of a runner made with BackendForDevice (with ODP: its streamed
+// passes) run attention in FP8: asked for, and the model qualifies (cuda::CudaModelStats).
+// False on the CPU.
+bool PrefillUsesFp8Attention(const ModelRunner& runner);
 
 // The KV staging of a runner made with BackendForDevice(device) for a GPU.
 absl::StatusOr<std::unique_ptr<KvStaging>> CreateDeviceKvStaging(ModelRunner& runner,

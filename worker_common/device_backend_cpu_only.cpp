@@ -22,6 +22,8 @@ absl::StatusOr<BackendFactory> BackendForDevice(const DeviceSpec& device,
   return NoCuda(device);
 }
 
+bool PrefillUsesFp8Attention(const ModelRunner&) { return false; }
+
 absl::StatusOr<std::unique_ptr<KvStaging>> CreateDeviceKvStaging(ModelRunner&,
                                                                  const DeviceSpec& device) {
   return NoCuda(device);

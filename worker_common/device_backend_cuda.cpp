@@ -57,6 +57,13 @@ class DeviceBoundModel final : public ForwardModel {
     }
     return static_cast<const cuda::CudaDecoderModel&>(*inner_);
   }
+  // The model of the prefill passes (ODP: of the streamed ones).
+  const cuda::CudaDecoderModel& prefill_cuda_model() const {
+    if (const auto* odp = dynamic_cast<const OdpForwardModel*>(inner_.get())) {
+      return static_cast<const cuda::CudaDecoderModel&>(odp->streamed());
+    }
+    return static_cast<const cuda::CudaDecoderModel&>(*inner_);
+  }
 
  private:
   std::shared_ptr<ForwardModel> inner_;
@@ -246,6 +253,7 @@ absl::StatusOr<BackendFactory> BackendForDevice(const DeviceSpec& device,
   if (options.max_batch_tokens > 0) co.max_batch_tokens = options.max_batch_tokens;
   co.use_graphs = options.graphs;
   co.batch_invariant = options.batch_invariant;
+  co.fp8_attention = options.fp8_attention;
   BackendFactory inner = cuda::CudaBackendFactory(co);
   if (options.odp.enabled) {
     cuda::OdpOptions odp;
@@ -266,6 +274,11 @@ absl::StatusOr<BackendFactory> BackendForDevice(const DeviceSpec& device,
         m.prefill == m.decode ? out.decode : std::make_shared<DeviceBoundModel>(m.prefill, index);
     return out;
   });
+}
+
+bool PrefillUsesFp8Attention(const ModelRunner& runner) {
+  const auto* bound = dynamic_cast<const DeviceBoundModel*>(&runner.forward_model(Phase::kPrefill));
+  return bound != nullptr && bound->prefill_cuda_model().stats().fp8_attention;
 }
 
 absl::StatusOr<std::unique_ptr<KvStaging>> CreateDeviceKvStaging(ModelRunner& runner,

@@ -40,14 +40,25 @@ absl::StatusOr<std::unique_ptr<Model>> LoadOdpResident(const PhaseModelOptions& 
   return r;
 }
 
+absl::Status CheckFp8Attention(const PhaseModelOptions& o) {
+  if (!o.fp8_attention) return absl::OkStatus();
+  DQ_ASSIGN_OR_RETURN(const DeviceSpec device, ParseDeviceSpec(o.device));
+  if (o.compute == "w8a8" && device.cuda) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--attention fp8 is only for --compute w8a8 on a CUDA device (FP8 attention goes with "
+      "FP8 linears), got --compute ",
+      o.compute, " --device ", o.device, "; use --attention bf16 (the default)"));
+}
+
 absl::StatusOr<std::unique_ptr<PhaseModel>> LoadPhaseModel(const PhaseModelOptions& o) {
   if (o.model.empty()) return absl::InvalidArgumentError("give --model (a .gguf file or HF dir)");
+  DQ_RETURN_IF_ERROR(CheckFp8Attention(o));
   auto pm = std::make_unique<PhaseModel>();
   DQ_ASSIGN_OR_RETURN(pm->device, ParseDeviceSpec(o.device));
   DQ_ASSIGN_OR_RETURN(
       BackendFactory backend,
       BackendForDevice(pm->device, DeviceBackendOptions{o.max_batch_tokens, o.device_graphs, o.odp,
-                                                        o.batch_invariant}));
+                                                        o.batch_invariant, o.fp8_attention}));
   DQ_ASSIGN_OR_RETURN(pm->model, LoadModel(o.model));
   if (!o.weights.empty() && o.weights != o.model) {
     DQ_ASSIGN_OR_RETURN(pm->weights, LoadModel(o.weights));
@@ -79,6 +90,14 @@ absl::StatusOr<std::unique_ptr<PhaseModel>> LoadPhaseModel(const PhaseModelOptio
     DQ_ASSIGN_OR_RETURN(pm->runner, ModelRunner::Create(phase, resident, ro));
   } else {
     DQ_ASSIGN_OR_RETURN(pm->runner, ModelRunner::Create(phase, phase, ro));
+  }
+  if (o.fp8_attention && !PrefillUsesFp8Attention(*pm->runner)) {
+    // Asked for and not taken: the operator would measure the wrong kernel.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--attention fp8: ", o.weights.empty() ? o.model : o.weights, " (", pm->scheme,
+        ", head_dim ", w.config.head_dim, ", ", w.config.num_kv_heads,
+        " KV heads) cannot run FP8 prefill attention: it needs every layer linear in FP8 W8A8, "
+        "head_dim 128 and 1, 2, 4, 8 or 16 KV heads; use --attention bf16"));
   }
   DQ_ASSIGN_OR_RETURN(pm->kv_staging, CreateKvStaging(*pm->runner, pm->device));
   return pm;

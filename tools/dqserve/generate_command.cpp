@@ -16,6 +16,7 @@
 #include "tools/dqserve/odp_flags.h"
 #ifdef DQ_HAVE_CUDA
 #include "engine/cuda/cuda_model.h"
+#include "engine/model/odp_policy.h"
 #endif
 
 namespace dq::cli {
@@ -33,7 +34,8 @@ struct GenerateOptions {
   int threads = 0;
   int kv_capacity = 0;  // tokens; 0: the runner's default, min(context, 8192)
   std::string device = "cpu";
-  bool batch_invariant = false;  // cuda: cuda::CudaBackendOptions::batch_invariant
+  bool batch_invariant = false;            // cuda: cuda::CudaBackendOptions::batch_invariant
+  std::string prefill_attention = "bf16";  // cuda: "fp8" sets CudaBackendOptions::fp8_attention
   SamplingParams sampling;
   std::string speculative = "none";  // drafter name, or none
   SpecConfig spec;
@@ -67,6 +69,33 @@ absl::Status CheckSpecFlags(const GenerateOptions& o) {
   }
   return Validate(o.spec);
 }
+
+// --prefill-attention before any model is loaded (exit code 2 on a bad one): FP8 attention goes
+// with FP8 linears on the GPU.
+absl::Status CheckAttentionFlags(const GenerateOptions& o) {
+  if (o.prefill_attention != "bf16" && o.prefill_attention != "fp8") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prefill-attention must be bf16 or fp8, got '", o.prefill_attention, "'"));
+  }
+  if (o.prefill_attention == "fp8" && (o.device != "cuda" || o.prefill_compute != "w8a8")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--prefill-attention fp8 is only for --device cuda with --prefill-compute w8a8 (FP8 "
+        "attention goes with FP8 linears), got --device ",
+        o.device, " --prefill-compute ", o.prefill_compute,
+        "; use --prefill-attention bf16 (the default)"));
+  }
+  return absl::OkStatus();
+}
+
+#ifdef DQ_HAVE_CUDA
+// Whether the runner's prefill passes (with --odp: the streamed ones) run attention in FP8.
+bool PrefillUsesFp8Attention(const ModelRunner& runner) {
+  const ForwardModel* m = &runner.forward_model(Phase::kPrefill);
+  if (const auto* odp = dynamic_cast<const OdpForwardModel*>(m)) m = &odp->streamed();
+  const auto* cm = dynamic_cast<const cuda::CudaDecoderModel*>(m);
+  return cm != nullptr && cm->stats().fp8_attention;
+}
+#endif
 
 // A chat session: the conversation so far, rendered through the model's template each turn.
 class ChatSession {
@@ -213,12 +242,15 @@ absl::Status RunGenerate(const GenerateOptions& o) {
       return absl::InvalidArgumentError(
           "--odp streams --prefill-weights (a checkpoint of its own) on --device cuda");
     }
+    OdpFlags odp = o.odp;
+    odp.fp8_attention = o.prefill_attention == "fp8";
     DQ_ASSIGN_OR_RETURN(ro.backend,
-                        OdpBackend(o.odp, pm.config, dm.config, pm.tokenizer, dm.tokenizer));
+                        OdpBackend(odp, pm.config, dm.config, pm.tokenizer, dm.tokenizer));
   } else if (o.device == "cuda") {
 #ifdef DQ_HAVE_CUDA
     cuda::CudaBackendOptions co;
     co.batch_invariant = o.batch_invariant;
+    co.fp8_attention = o.prefill_attention == "fp8";
     ro.backend = cuda::CudaBackendFactory(co);
 #else
     return absl::InvalidArgumentError(
@@ -232,6 +264,15 @@ absl::Status RunGenerate(const GenerateOptions& o) {
       auto runner,
       ModelRunner::Create(PhaseWeights{pm.checkpoint.get(), &pm.config, prefill_mode},
                           PhaseWeights{dm.checkpoint.get(), &dm.config, decode_mode}, ro));
+#ifdef DQ_HAVE_CUDA
+  if (o.prefill_attention == "fp8" && !PrefillUsesFp8Attention(*runner)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--prefill-attention fp8: ", pm.path, " (head_dim ", pm.config.head_dim, ", ",
+        pm.config.num_kv_heads,
+        " KV heads) cannot run FP8 prefill attention: it needs every layer linear in FP8 W8A8, "
+        "head_dim 128 and 1, 2, 4, 8 or 16 KV heads; use --prefill-attention bf16"));
+  }
+#endif
   std::unique_ptr<Model> draft_model;            // the self drafter's weights; outlives the drafter
   std::unique_ptr<Checkpoint> draft_checkpoint;  // the dflash drafter's
   std::unique_ptr<Drafter> drafter;
@@ -288,6 +329,9 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   cmd->add_option("--device", o->device, "cpu (default) or cuda");
   cmd->add_flag("--batch-invariant", o->batch_invariant,
                 "cuda: decode steps independent of their batch-mates (see docs/speculative.md)");
+  cmd->add_option("--prefill-attention", o->prefill_attention,
+                  "cuda, --prefill-compute w8a8: bf16 (default) or fp8 prefill attention (with "
+                  "--odp: the streamed model's; changes numerics slightly, docs/serving.md)");
   cmd->add_option("--kv-capacity", o->kv_capacity,
                   "KV cache tokens (default min(context, 8192); a prompt plus its answer must fit)")
       ->check(CLI::Range(0, 1 << 24));
@@ -304,7 +348,9 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   cmd->add_flag("--spec-fixed-k", o->spec_fixed_k, "always draft --spec-k tokens (no adaptation)");
   AddOdpFlags(cmd, &o->odp);
   cmd->callback([o, exit_code] {
-    if (const absl::Status bad = CheckSpecFlags(*o); !bad.ok()) {
+    absl::Status bad = CheckSpecFlags(*o);
+    if (bad.ok()) bad = CheckAttentionFlags(*o);
+    if (!bad.ok()) {
       std::fprintf(stderr, "error: %s\n", std::string(bad.message()).c_str());
       *exit_code = 2;
       return;

@@ -43,7 +43,9 @@ absl::StatusOr<BackendFactory> OdpBackend(const OdpFlags& o, const ModelConfig& 
   const std::filesystem::path dir = o.image_dir.empty() ? std::filesystem::temp_directory_path()
                                                         : std::filesystem::path(o.image_dir);
   odp.stream.image_path = (dir / absl::StrCat("dq-odp-", ::getpid(), ".img")).string();
-  return cuda::OdpBackendFactory({}, odp);
+  cuda::CudaBackendOptions co;
+  co.fp8_attention = o.fp8_attention;
+  return cuda::OdpBackendFactory(co, odp);
 #else
   return absl::InvalidArgumentError(
       "--odp needs the CUDA backend; build with the release-cuda preset");

@@ -20,6 +20,8 @@ struct OdpFlags {
   int slots = 2;
   std::string source = "disk";  // "disk" (an image file) or "host" (pinned memory)
   std::string image_dir;        // empty: the system temp folder
+  // Not an --odp flag: generate's --prefill-attention fp8 (the streamed model's attention).
+  bool fp8_attention = false;
 };
 
 void AddOdpFlags(CLI::App* cmd, OdpFlags* o);
