@@ -231,7 +231,8 @@ struct Options {
   std::vector<int> prefill_lengths = {512, 2048, 8192, 32768};
   int context = 128;
   int steps = 64;
-  bool profile = false;  // per-kernel device time (CUPTI) of decode steps and 8K prefills
+  bool profile = false;        // per-kernel device time (CUPTI) of decode steps and 8K prefills
+  bool fp8_attention = false;  // CudaBackendOptions::fp8_attention for the fp8 prefill runs
   std::string out = "gpu_bench.json";
 };
 
@@ -268,6 +269,7 @@ absl::StatusOr<nlohmann::json> RunFormat(const ModelConfig& c, const Format& f, 
   kv.num_blocks = (max_tokens * (prefill ? 1 : o.batches.back()) + 16 * 64) / 16;
   cuda::CudaBackendOptions co;
   co.max_batch_tokens = prefill ? o.prefill_lengths.back() : o.context * o.batches.back();
+  co.fp8_attention = prefill && o.fp8_attention;
   DQ_ASSIGN_OR_RETURN(BackendModels m, cuda::CudaBackendFactory(co)(cpu, cpu, kv));
   const auto& model = static_cast<const cuda::CudaDecoderModel&>(*m.decode);
   KvBlockPool pool(kv);
@@ -278,7 +280,8 @@ absl::StatusOr<nlohmann::json> RunFormat(const ModelConfig& c, const Format& f, 
   nlohmann::json r = {{"format", f.name},
                       {"compute", ComputeModeName(f.mode)},
                       {"device_weight_bytes", model.stats().weight_bytes},
-                      {"fused_qkv_layers", model.stats().fused_qkv_layers}};
+                      {"fused_qkv_layers", model.stats().fused_qkv_layers},
+                      {"fp8_attention", model.stats().fp8_attention}};
   if (!prefill) {
     r["decode_bytes_per_step"] = step_bytes;
     r["roofline_tokens_per_second_batch1"] = kHbmBytesPerSecond / step_bytes;
@@ -335,6 +338,7 @@ int Main(int argc, char** argv) {
   app.add_option("--context", o.context, "prompt tokens before the timed decode steps");
   app.add_option("--out", o.out, "JSON results");
   app.add_flag("--profile", o.profile, "per-kernel device time of decode steps / 8K prefills");
+  app.add_flag("--fp8-attention", o.fp8_attention, "fp8 prefill runs: attention in FP8 too");
   CLI11_PARSE(app, argc, argv);
   std::erase(o.decode_formats, std::string());  // a bare flag may leave one empty value
   std::erase(o.prefill_formats, std::string());

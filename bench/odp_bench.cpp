@@ -5,6 +5,8 @@
 // (cold: page cache dropped before every pass; warm) or from pinned host memory. Every figure
 // stands beside its floor: streamed bytes over the measured link/disk bandwidth, and the FLOP
 // floor of the prefill (ANCHORS.md peaks). Device memory is measured per configuration.
+// "+fp8attn" configurations run the FP8 models' prefill attention in FP8 too
+// (CudaBackendOptions::fp8_attention); "+int4" pairs ODP with resident int4 decode weights.
 //
 // The random model, formats and FLOP counts are dq-bench-gpu's (bench/gpu_bench.cpp), included
 // here with its main renamed rather than copied, so both benches measure the same model.
@@ -16,6 +18,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 
 #include "engine/cuda/odp_backend.h"
 #include "engine/cuda/weight_stream.h"
@@ -28,9 +31,18 @@ constexpr double kFp8Flops = 1.40e15;
 
 struct Options {
   std::vector<int> lengths = {128, 1024, 4096, 8192, 16384, 32768};
-  std::vector<std::string> configs = {
-      "wo-int2",      "wo-int4",      "odp-nvfp4-disk",      "odp-nvfp4-host",
-      "odp-fp8-disk", "odp-fp8-host", "odp-fp8-host-policy", "resident-fp8"};
+  std::vector<std::string> configs = {"wo-int2",
+                                      "wo-int4",
+                                      "odp-nvfp4-disk",
+                                      "odp-nvfp4-host",
+                                      "odp-fp8-disk",
+                                      "odp-fp8-host",
+                                      "odp-fp8-host-policy",
+                                      "resident-fp8",
+                                      "odp-fp8-host+fp8attn",
+                                      "odp-fp8-host+int4+fp8attn",
+                                      "odp-fp8-host-policy+fp8attn",
+                                      "resident-fp8+fp8attn"};
   std::string image_dir = "/tmp";
   int slots = 2;
   int repeats = 3;
@@ -47,9 +59,38 @@ struct Config {
   // The crossover calibrated at start-up and every pass routed by it (OdpForwardModel), so the
   // run shows which path the policy picks at each length; else every pass streams.
   bool policy = false;
+  bool fp8_attention = false;  // CudaBackendOptions::fp8_attention (FP8 models only)
 };
 
-absl::StatusOr<Config> ParseConfig(const std::string& n) {
+absl::StatusOr<Config> ParseBaseConfig(const std::string& n);
+
+// Names: wo-int2, wo-int4, resident-fp8, odp-{nvfp4,fp8}-{disk,host}[-policy], with modifiers
+// "+int4" (ODP over resident int4 instead of int2) and "+fp8attn" (FP8 prefill attention).
+absl::StatusOr<Config> ParseConfig(const std::string& name) {
+  std::string n = name;
+  bool fp8_attention = false, int4 = false;
+  for (bool found = true; found;) {
+    found = false;
+    for (const char* mod : {"+fp8attn", "+int4"}) {
+      const size_t at = n.rfind(mod);
+      if (at == std::string::npos || at + std::strlen(mod) != n.size()) continue;
+      (std::string(mod) == "+int4" ? int4 : fp8_attention) = true;
+      n.resize(at);
+      found = true;
+    }
+  }
+  absl::StatusOr<Config> c = ParseBaseConfig(n);
+  if (!c.ok()) return c;
+  if (int4 && c->streamed.empty()) {
+    return absl::InvalidArgumentError(name + ": +int4 applies to odp-* configurations");
+  }
+  c->name = name;
+  c->fp8_attention = fp8_attention;
+  if (int4) c->resident = "int4";
+  return c;
+}
+
+absl::StatusOr<Config> ParseBaseConfig(const std::string& n) {
   if (n == "wo-int2") return Config{n, "int2", ""};
   if (n == "wo-int4") return Config{n, "int4", ""};
   if (n == "resident-fp8") return Config{n, "fp8", ""};
@@ -174,7 +215,9 @@ double StreamFloor(const Config& cfg, bool cold, int64_t bytes, const Links& l) 
 double FlopFloor(const ModelConfig& c, const Config& cfg, int len) {
   const auto [linear, attn] = PrefillFlops(c, len);
   const std::string& f = cfg.streamed.empty() ? cfg.resident : cfg.streamed;
-  return linear / (f == "fp8" ? kFp8Flops : kBf16Flops) + attn / kBf16Flops;
+  const bool fp8_attn = f == "fp8" && cfg.fp8_attention;
+  return linear / (f == "fp8" ? kFp8Flops : kBf16Flops) +
+         attn / (fp8_attn ? kFp8Flops : kBf16Flops);
 }
 
 absl::StatusOr<double> Ttft(Bench& x, const Built& b, bool cold, int len, int repeats) {
@@ -195,6 +238,7 @@ absl::StatusOr<nlohmann::json> RunConfig(const ModelConfig& c, const Config& cfg
   kv.num_blocks = (longest + 16 * 64) / 16;
   cuda::CudaBackendOptions co;
   co.max_batch_tokens = longest;
+  co.fp8_attention = cfg.fp8_attention;
   const int64_t used0 = DeviceUsedBytes();
   DQ_ASSIGN_OR_RETURN(Built b, Build(c, cfg, kv, co, o));
   KvBlockPool pool(kv);
@@ -203,8 +247,10 @@ absl::StatusOr<nlohmann::json> RunConfig(const ModelConfig& c, const Config& cfg
   DQ_RETURN_IF_ERROR(PrefillSeconds(x, longest).status());  // warm-up at the largest scratch
   const int64_t used = DeviceUsedBytes() - used0;
   const cuda::CudaModelStats& rs = b.resident->stats();
+  const cuda::CudaModelStats& ps = b.streamed ? b.streamed->stats() : rs;
   nlohmann::json r = {{"config", cfg.name},
                       {"resident_weights", cfg.resident},
+                      {"fp8_attention", ps.fp8_attention},
                       {"device_bytes", used},
                       {"kv_cache_bytes", rs.kv_cache_bytes},
                       {"device_bytes_without_kv", used - rs.kv_cache_bytes},
@@ -264,39 +310,50 @@ double MsAt(const nlohmann::json& run, int len, const char* key = "ttft") {
   return 0;
 }
 
-// ODP against weight-only prefill on the resident decode weights it is paired with: speedup at
-// 8K, device memory ratio, and the crossover read off the two measured curves.
+// ODP against weight-only prefill on the resident decode weights it is paired with (wo-int2 or
+// wo-int4, same run): speedup at 8K, device memory ratio, and the crossover read off the two
+// measured curves; for a policy run, its pick at each length against both fixed paths.
+const nlohmann::json* Baseline(const nlohmann::json& runs, const nlohmann::json& r) {
+  const std::string want = "wo-" + r.value("resident_weights", std::string("int2"));
+  for (const auto& b : runs) {
+    if (b.value("config", "") == want && b.contains("ttft")) return &b;
+  }
+  return nullptr;
+}
+
+nlohmann::json PolicyCheck(const nlohmann::json& runs, const nlohmann::json& r,
+                           const nlohmann::json& base) {
+  nlohmann::json check = {{"config", r["config"]},
+                          {"baseline", base["config"]},
+                          {"calibrated_crossover_tokens", r["calibrated_crossover_tokens"]}};
+  std::string fixed = r["config"].get<std::string>();
+  fixed.erase(fixed.find("-policy"), std::strlen("-policy"));
+  for (const auto& other : runs) {
+    if (other.value("config", "") != fixed) continue;
+    for (const auto& e : r["ttft"]) {
+      const int len = e["tokens"].get<int>();
+      const double res = MsAt(base, len), str = MsAt(other, len);
+      check["lengths"].push_back({{"tokens", len},
+                                  {"path", e["path"]},
+                                  {"policy_ms", e["ttft_ms"]},
+                                  {"resident_wo_ms", res},
+                                  {"streamed_ms", str},
+                                  {"faster_path", str < res ? "streamed" : "resident"}});
+    }
+  }
+  return check;
+}
+
 nlohmann::json Summary(const nlohmann::json& runs, const Options& o) {
   nlohmann::json out = nlohmann::json::array();
-  const nlohmann::json* base = nullptr;
   for (const auto& r : runs) {
-    if (r.value("config", "") == "wo-int2" && r.contains("ttft")) base = &r;
-  }
-  if (base == nullptr) return out;
-  for (const auto& r : runs) {
+    if (!r.contains("streamed_weights")) continue;
+    const nlohmann::json* base = Baseline(runs, r);
+    if (base == nullptr) continue;
     if (r.contains("calibrated_crossover_tokens")) {
-      // The policy's pick at each length against both fixed paths measured in other runs.
-      nlohmann::json check = {{"config", r["config"]},
-                              {"calibrated_crossover_tokens", r["calibrated_crossover_tokens"]}};
-      const std::string fixed = r["config"].get<std::string>().substr(
-          0, r["config"].get<std::string>().size() - std::string("-policy").size());
-      for (const auto& other : runs) {
-        if (other.value("config", "") != fixed) continue;
-        for (const auto& e : r["ttft"]) {
-          const int len = e["tokens"].get<int>();
-          const double res = MsAt(*base, len), str = MsAt(other, len);
-          check["lengths"].push_back({{"tokens", len},
-                                      {"path", e["path"]},
-                                      {"policy_ms", e["ttft_ms"]},
-                                      {"resident_wo_int2_ms", res},
-                                      {"streamed_ms", str},
-                                      {"faster_path", str < res ? "streamed" : "resident"}});
-        }
-      }
-      out.push_back(check);
+      out.push_back(PolicyCheck(runs, r, *base));
       continue;
     }
-    if (!r.contains("streamed_weights")) continue;
     for (const char* key : {"ttft_cold", "ttft"}) {
       if (!r.contains(key)) continue;
       std::vector<OdpTiming> t;
@@ -306,11 +363,12 @@ nlohmann::json Summary(const nlohmann::json& runs, const Options& o) {
       absl::StatusOr<int64_t> x = CrossoverFromTimings(t);
       const double at8k = MsAt(r, 8192, key);
       out.push_back({{"config", r["config"]},
+                     {"baseline", (*base)["config"]},
                      {"page_cache", std::string(key) == "ttft_cold" ? "cold" : "warm"},
-                     {"speedup_vs_wo_int2_at_8k", at8k > 0 ? MsAt(*base, 8192) / at8k : 0},
-                     {"device_bytes_vs_wo_int2",
+                     {"speedup_vs_wo_at_8k", at8k > 0 ? MsAt(*base, 8192) / at8k : 0},
+                     {"device_bytes_vs_wo",
                       r["device_bytes"].get<double>() / (*base)["device_bytes"].get<double>()},
-                     {"crossover_tokens_vs_wo_int2",
+                     {"crossover_tokens_vs_wo",
                       !x.ok() ? -1 : (*x == kOdpNeverStream ? -1 : static_cast<double>(*x))}});
     }
   }
@@ -345,25 +403,28 @@ void WriteMarkdown(const nlohmann::json& out, const Options& o, const std::strin
       md << "\n";
     }
   }
-  md << "\n## ODP vs weight-only int2 prefill\n\n| config | page cache | speedup at 8K | "
-     << "device memory ratio | crossover (tokens) |\n|---|---|---|---|---|\n";
+  md << "\n## ODP vs weight-only prefill on the same resident weights\n\n| config | baseline | "
+     << "page cache | speedup at 8K | device memory ratio | crossover (tokens) |\n"
+     << "|---|---|---|---|---|---|\n";
   for (const auto& s : out["summary"]) {
     if (!s.contains("page_cache")) continue;  // a policy check, below
-    md << "| " << s["config"].get<std::string>() << " | " << s["page_cache"].get<std::string>()
-       << absl::StrFormat(" | %.2fx | %.3f | %.0f |\n", s["speedup_vs_wo_int2_at_8k"].get<double>(),
-                          s["device_bytes_vs_wo_int2"].get<double>(),
-                          s["crossover_tokens_vs_wo_int2"].get<double>());
+    md << "| " << s["config"].get<std::string>() << " | " << s["baseline"].get<std::string>()
+       << " | " << s["page_cache"].get<std::string>()
+       << absl::StrFormat(" | %.2fx | %.3f | %.0f |\n", s["speedup_vs_wo_at_8k"].get<double>(),
+                          s["device_bytes_vs_wo"].get<double>(),
+                          s["crossover_tokens_vs_wo"].get<double>());
   }
   for (const auto& s : out["summary"]) {
     if (!s.contains("lengths")) continue;
     md << "\n## Policy: " << s["config"].get<std::string>() << " (calibrated crossover "
        << s["calibrated_crossover_tokens"].dump() << " tokens)\n\n"
-       << "| tokens | path taken | ms | resident int2 ms | streamed ms | faster path |\n"
+       << "| tokens | path taken | ms | resident (" << s["baseline"].get<std::string>()
+       << ") ms | streamed ms | faster path |\n"
        << "|---|---|---|---|---|---|\n";
     for (const auto& e : s["lengths"]) {
       md << "| " << e["tokens"].get<int>() << " | " << e["path"].get<std::string>()
          << absl::StrFormat(" | %.1f | %.1f | %.1f | ", e["policy_ms"].get<double>(),
-                            e["resident_wo_int2_ms"].get<double>(), e["streamed_ms"].get<double>())
+                            e["resident_wo_ms"].get<double>(), e["streamed_ms"].get<double>())
          << e["faster_path"].get<std::string>() << " |\n";
     }
   }

@@ -99,6 +99,49 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// SwiGluKernel's product (elementwise.cu), the same float operations.
+__device__ __forceinline__ float Silu(float g) { return g / (1.0f + expf(-g)); }
+
+// One CTA per row: the row's bf16 SwiGLU values are kept in shared memory between the amax and
+// the quantization pass.
+__global__ void __launch_bounds__(kThreads) SwiGluQuantizeFp8Kernel(SwiGluFp8Args a) {
+  extern __shared__ uint4 vrow[];  // [n / 8] x 8 bf16
+  __shared__ float smem[32];
+  const __nv_bfloat16* g = a.gate + blockIdx.x * a.in_stride;
+  const __nv_bfloat16* u = a.up + blockIdx.x * a.in_stride;
+  const int64_t chunks = a.n / 8;
+  float amax = 0.0f;
+  for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+    const uint4 gr = *reinterpret_cast<const uint4*>(g + c * 8);
+    const uint4 ur = *reinterpret_cast<const uint4*>(u + c * 8);
+    const __nv_bfloat162* gh = reinterpret_cast<const __nv_bfloat162*>(&gr);
+    const __nv_bfloat162* uh = reinterpret_cast<const __nv_bfloat162*>(&ur);
+    uint4 out;
+    __nv_bfloat162* oh = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 gf = __bfloat1622float2(gh[j]), uf = __bfloat1622float2(uh[j]);
+      oh[j] = __floats2bfloat162_rn(Silu(gf.x) * uf.x, Silu(gf.y) * uf.y);
+      const float2 of = __bfloat1622float2(oh[j]);
+      amax = fmaxf(amax, fmaxf(FiniteAbs(of.x), FiniteAbs(of.y)));
+    }
+    vrow[c] = out;
+  }
+  amax = BlockMax(amax, smem);  // its barriers also publish vrow
+  float s = __fdiv_rn(amax, 448.0f);
+  if (s == 0.0f) s = FLT_EPSILON;
+  if (threadIdx.x == 0) a.scale[blockIdx.x] = s;
+  uint8_t* qrow = reinterpret_cast<uint8_t*>(a.q) + blockIdx.x * a.n;
+  for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+    float f[8];
+    Load8<true>(reinterpret_cast<const __nv_bfloat16*>(vrow + c), f);
+    uint8_t b[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) b[i] = ToE4M3(__fdiv_rn(f[i], s));
+    *reinterpret_cast<uint2*>(qrow + c * 8) = *reinterpret_cast<const uint2*>(b);
+  }
+}
+
 // Index 0..7 of the E2M1 magnitude nearest to a = |v| (values 0, .5, 1, 1.5, 2, 3, 4, 6; ties to
 // the even mantissa bit, saturating), as the CPU's FloatToE2M1 thresholds give it; NaN -> 7.
 __device__ __forceinline__ uint32_t E2M1Index(float a) {
@@ -258,6 +301,24 @@ void QuantizeFp8PerToken(const __nv_bfloat16* x, int64_t m, int64_t n, __nv_fp8_
   } else {
     QuantizeFp8Kernel<false><<<static_cast<unsigned>(m), kThreads, 0, stream>>>(x, n, q, scale);
   }
+  CUDA_CHECK_LAUNCH();
+}
+
+void SwiGluQuantizeFp8PerToken(const SwiGluFp8Args& args, cudaStream_t stream) {
+  SwiGluFp8Args a = args;
+  if (a.in_stride == 0) a.in_stride = a.n;
+  CheckRows(a.m, "SwiGluQuantizeFp8PerToken");
+  if (a.n % 8 != 0 || a.in_stride % 8 != 0 || !Aligned16(a.gate) || !Aligned16(a.up) ||
+      !Aligned16(a.q)) {
+    std::fprintf(stderr, "SwiGluQuantizeFp8PerToken: needs n %% 8 == 0 and aligned rows\n");
+    std::abort();
+  }
+  const size_t smem = static_cast<size_t>(a.n) * 2;
+  // Not a stream operation, so it is allowed during graph capture.
+  CUDA_CHECK(cudaFuncSetAttribute(SwiGluQuantizeFp8Kernel,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(smem)));
+  SwiGluQuantizeFp8Kernel<<<static_cast<unsigned>(a.m), kThreads, smem, stream>>>(a);
   CUDA_CHECK_LAUNCH();
 }
 

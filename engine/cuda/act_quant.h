@@ -23,6 +23,20 @@ namespace dq::cuda {
 void QuantizeFp8PerToken(const __nv_bfloat16* x, int64_t m, int64_t n, __nv_fp8_e4m3* q,
                          float* scale, cudaStream_t stream);
 
+// The same for x = silu(gate) * up rounded to bf16, computed here (as SwiGluForward computes it)
+// instead of read: the SwiGLU output never goes through memory in bf16. Bit-identical to
+// SwiGluForward followed by QuantizeFp8PerToken. Preconditions (asserted): n % 8 == 0, gate,
+// up and q 16-byte aligned, in_stride % 8 == 0.
+struct SwiGluFp8Args {
+  const __nv_bfloat16* gate = nullptr;  // [m, in_stride]: the first n of each row are used
+  const __nv_bfloat16* up = nullptr;
+  int64_t in_stride = 0;  // 0: n
+  int64_t m = 0, n = 0;
+  __nv_fp8_e4m3* q = nullptr;  // [m, n]
+  float* scale = nullptr;      // [m]
+};
+void SwiGluQuantizeFp8PerToken(const SwiGluFp8Args& args, cudaStream_t stream);
+
 // NVFP4 quantize-dequantize per token, blocks of 16 (n % 16 == 0). G_a = act_global_scale when
 // > 0, else per row (1 / max(amax, FLT_MIN)) * 2688 (1 when not finite). Block scale
 // s_b = E4M3(G_a * (block_amax / 6)) (0 -> 0.125), step = s_b / G_a, code = E2M1(x / step).

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "engine/cuda/attention_prefill_fp8.h"
 #include "engine/cuda/attention_tile.cuh"
@@ -85,20 +87,24 @@ __device__ __forceinline__ int PermutedKey(int l) {
   return (l & 16) + 2 * ((l >> 2) & 3) + (l & 1) + ((l & 2) ? 8 : 0);
 }
 
-// 1. amax of every K and V channel over a 128-key tile, merged into the sequence's.
+// 1. amax of every K and V channel over a span of kAmaxKeys keys, merged into the sequence's.
+// Half tiles (twice the blocks of whole ones; each block merges its span before the global
+// atomics), loads unrolled so that several are in flight per thread.
+constexpr int kAmaxKeys = 64;
 __global__ void __launch_bounds__(256) KvAmaxKernel(Fp8Params p) {
   extern __shared__ uint32_t red[];  // [kvh][K, V][hd]
-  const int seq = blockIdx.y, kt = blockIdx.x, kvh_n = p.c.num_kv_heads;
+  const int seq = blockIdx.y, kvh_n = p.c.num_kv_heads;
   const SeqInfo si = Seq(p.a, seq);
-  const int k0 = kt * kT;
+  const int k0 = blockIdx.x * kAmaxKeys;
   if (k0 >= si.ctx) return;
   for (int i = threadIdx.x; i < kvh_n * 2 * kHd; i += blockDim.x) red[i] = 0;
   __syncthreads();
   const int chunks = kvh_n * (kHd / 8), cc = threadIdx.x % chunks, kvh = cc / (kHd / 8);
   const int d0 = (cc % (kHd / 8)) * 8, step = blockDim.x / chunks;
-  const int nkeys = min(kT, si.ctx - k0), shift = BlockShift(p.c.block_size);
+  const int nkeys = min(kAmaxKeys, si.ctx - k0), shift = BlockShift(p.c.block_size);
   const int32_t* table = p.a.block_tables + int64_t{seq} * p.a.max_blocks_per_seq;
   float km[8] = {}, vm[8] = {};
+#pragma unroll 4
   for (int r = threadIdx.x / chunks; r < nkeys; r += step) {
     const int64_t off =
         SlotOf(table, k0 + r, p.c.block_size, shift) * p.c.token_stride() + kvh * kHd + d0;
@@ -235,12 +241,33 @@ struct RowState {
 };
 __device__ __forceinline__ void Softmax(float (&s)[64], uint32_t (&pn)[4][4], RowState& st,
                                         float (&alpha)[2], bool mask, int key0, int pos0, int t) {
-  float tmax[2] = {-INFINITY, -INFINITY};
+  // Row maxima as 8 independent chains per row, then a tree (one chain of 32 would leave
+  // the FMNMX latency exposed).
+  float part[2][8];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+#pragma unroll
+    for (int c = 0; c < 8; ++c) part[r][c] = -INFINITY;
+  }
+  if (mask) {  // only the tiles that reach past a row's position pay for the mask
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      const int e = i & 3, key = key0 + (i >> 2) * 8 + 2 * t + (e & 1);
+      if (key > pos0 + (e >> 1) * 8) s[i] = -INFINITY;
+    }
+  }
 #pragma unroll
   for (int i = 0; i < 64; ++i) {
-    const int e = i & 3, key = key0 + (i >> 2) * 8 + 2 * t + (e & 1);
-    if (mask && key > pos0 + (e >> 1) * 8) s[i] = -INFINITY;
-    tmax[e >> 1] = fmaxf(tmax[e >> 1], s[i]);
+    const int e = i & 3;
+    float& m = part[e >> 1][((i >> 2) & 3) * 2 + (e & 1)];
+    m = fmaxf(m, s[i]);
+  }
+  float tmax[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float a = fmaxf(fmaxf(part[r][0], part[r][1]), fmaxf(part[r][2], part[r][3]));
+    const float b = fmaxf(fmaxf(part[r][4], part[r][5]), fmaxf(part[r][6], part[r][7]));
+    tmax[r] = fmaxf(a, b);
   }
   float bias[2], sum[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -336,6 +363,20 @@ __device__ __forceinline__ void IssuePv(float (&o)[64], const uint32_t (&pf)[4][
   wgmma::Commit();
 }
 
+// Ping-pong (kPingPong): the two consumer warpgroups take turns issuing their GEMMs (named
+// barriers 1 and 2), so that the tensor cores run one's S and P V while the other computes its
+// softmax. Warpgroup 0 goes first; every issue slot waits for its turn and passes it on, except
+// warpgroup 1's last (nobody waits for it).
+template <bool kPingPong>
+__device__ __forceinline__ void AwaitTurn(int wg) {
+  if constexpr (kPingPong) mbar::NamedSync(1 + wg, kConsumerThreads);
+}
+template <bool kPingPong>
+__device__ __forceinline__ void PassTurn(int wg) {
+  if constexpr (kPingPong) mbar::NamedArrive(1 + (wg ^ 1), kConsumerThreads);
+}
+
+template <bool kPingPong>
 __device__ __forceinline__ void Consume(const Fp8Params& p, const Ring& R, int seq, int h, int tile,
                                         int n_tiles, const SeqInfo& si) {
   const int wg = threadIdx.x >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -353,10 +394,13 @@ __device__ __forceinline__ void Consume(const Fp8Params& p, const Ring& R, int s
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = 0.0f;
   auto needs_mask = [&](int j) { return (j + 1) * kT - 1 > si.prefix + m0 + wrow; };
+  if (wg == 1) PassTurn<kPingPong>(wg);
   mbar::Wait(R.q_full(), 0);
   mbar::Wait(R.k_full(0), 0);
+  AwaitTurn<kPingPong>(wg);
   FenceOperands(s, o, pf);
   IssueQk(s, q, R.k(0));
+  PassTurn<kPingPong>(wg);
   wgmma::Wait<0>();
   wgmma::FenceRegs(s);
   Release(R.k_empty(0), lane);
@@ -367,9 +411,11 @@ __device__ __forceinline__ void Consume(const Fp8Params& p, const Ring& R, int s
     const int cur = j & 1, prev = cur ^ 1;
     mbar::Wait(R.k_full(cur), (j >> 1) & 1);
     mbar::Wait(R.v_full(prev), ((j - 1) >> 1) & 1);
+    AwaitTurn<kPingPong>(wg);
     FenceOperands(s, o, p_prev);
     IssueQk(s, q, R.k(cur));        // S of tile j ...
     IssuePv(o, p_prev, R.v(prev));  // ... while P V of tile j - 1 runs
+    PassTurn<kPingPong>(wg);
     wgmma::Wait<1>();
     wgmma::FenceRegs(s);
     Release(R.k_empty(cur), lane);
@@ -377,14 +423,19 @@ __device__ __forceinline__ void Consume(const Fp8Params& p, const Ring& R, int s
     wgmma::Wait<0>();
     wgmma::FenceRegs(o);
     Release(R.v_empty(prev), lane);
+    // Most tiles leave every row's maximum where it was (alpha = 1): skip the rescale then.
+    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-    for (int i = 0; i < 64; ++i) o[i] *= alpha[(i >> 1) & 1];
+      for (int i = 0; i < 64; ++i) o[i] *= alpha[(i >> 1) & 1];
+    }
   };
   auto finish = [&](uint32_t(&p_last)[4][4]) {
     const int last = (n_tiles - 1) & 1;
     mbar::Wait(R.v_full(last), ((n_tiles - 1) >> 1) & 1);
+    AwaitTurn<kPingPong>(wg);
     FenceOperands(s, o, p_last);
     IssuePv(o, p_last, R.v(last));
+    if (wg == 0) PassTurn<kPingPong>(wg);
     wgmma::Wait<0>();
     wgmma::FenceRegs(o);
     Release(R.v_empty(last), lane);
@@ -428,6 +479,7 @@ __device__ __forceinline__ void Consume(const Fp8Params& p, const Ring& R, int s
   }
 }
 
+template <bool kPingPong>
 __global__ void __launch_bounds__(kThreads, 1) PrefillFp8Kernel(Fp8Params p) {
   extern __shared__ unsigned char smem_raw[];
   const int seq = blockIdx.z, h = blockIdx.y;
@@ -457,7 +509,7 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillFp8Kernel(Fp8Params p) {
     return;
   }
   mbar::RegAlloc<232>();
-  Consume(p, R, seq, h, tile, n_tiles, si);
+  Consume<kPingPong>(p, R, seq, h, tile, n_tiles, si);
 }
 
 }  // namespace
@@ -513,16 +565,20 @@ void PrefillAttentionFp8Forward(const PrefillAttentionFp8Args& args, const KvCac
                     ws + L.vt8};
   const int q_tiles = (a.max_q_len + kT - 1) / kT;
   CUDA_CHECK(cudaMemsetAsync(p.amax, 0, size_t(a.num_seqs) * kvh * 2 * kHd * 4, stream));
-  KvAmaxKernel<<<dim3(args.max_key_tiles, a.num_seqs), 256, kvh * 2 * kHd * 4, stream>>>(p);
+  KvAmaxKernel<<<dim3(args.max_key_tiles * (kT / kAmaxKeys), a.num_seqs), 256, kvh * 2 * kHd * 4,
+                 stream>>>(p);
   CUDA_CHECK_LAUNCH();
   QuantKvKernel<<<dim3(args.max_key_tiles, a.num_seqs, kvh), 256, 0, stream>>>(p);
   CUDA_CHECK_LAUNCH();
   QuantQKernel<<<dim3(q_tiles, a.num_seqs, a.num_heads), 128, 0, stream>>>(p);
   CUDA_CHECK_LAUNCH();
+  // Ping-pong warpgroups by default; DQ_PREFILL_FP8_KERNEL=nopp lets them run freely (tuning).
+  const char* variant = std::getenv("DQ_PREFILL_FP8_KERNEL");
+  auto kernel = variant && std::strcmp(variant, "nopp") == 0 ? PrefillFp8Kernel<false>
+                                                             : PrefillFp8Kernel<true>;
   // Not a stream operation, so it is allowed during graph capture.
-  CUDA_CHECK(
-      cudaFuncSetAttribute(PrefillFp8Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  PrefillFp8Kernel<<<dim3(q_tiles, a.num_heads, a.num_seqs), kThreads, kSmem, stream>>>(p);
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  kernel<<<dim3(q_tiles, a.num_heads, a.num_seqs), kThreads, kSmem, stream>>>(p);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -310,7 +310,15 @@ void CudaDecoderModel::EnqueueLayer(int l, const Layer& L, const Plan& plan,
   for (size_t i = 0; i < L.gate_up.size(); ++i) {
     LinearForward(L.gate_up[i], {h, T, gu_outs[i], nullptr, inv(L.gate_up[i])}, *linear_, stream_);
   }
-  SwiGluForward({gate, up, gu_fused ? 2 * I : I, h, T, static_cast<int>(I)}, stream_);
+  const int64_t gu_stride = gu_fused ? 2 * I : I;
+  if (!plan.decode && FusesSwiGlu(L.down)) {
+    // FP8 prefill: the SwiGLU is computed inside the down projection's activation quantizer.
+    LinearArgs down{nullptr, T, nullptr, b.x.get<float>(), inv(L.down)};
+    down.swiglu = {gate, up, gu_stride};
+    LinearForward(L.down, down, *linear_, stream_);
+    return;
+  }
+  SwiGluForward({gate, up, gu_stride, h, T, static_cast<int>(I)}, stream_);
   LinearForward(L.down, {h, T, nullptr, b.x.get<float>(), inv(L.down)}, *linear_, stream_);
 }
 

@@ -272,7 +272,12 @@ void ForwardFp8(const DeviceLinear& w, const LinearArgs& a, LinearContext::Impl&
                 cudaStream_t stream) {
   auto* q = c.Ensure<__nv_fp8_e4m3>(c.act, a.m * w.in_features, stream, "activation");
   auto* s = c.Ensure<float>(c.row_scale, 4 * a.m, stream, "row scale");
-  QuantizeFp8PerToken(a.x, a.m, w.in_features, q, s, stream);
+  if (a.swiglu.gate != nullptr) {
+    SwiGluQuantizeFp8PerToken(
+        {a.swiglu.gate, a.swiglu.up, a.swiglu.stride, a.m, w.in_features, q, s}, stream);
+  } else {
+    QuantizeFp8PerToken(a.x, a.m, w.in_features, q, s, stream);
+  }
   GemmArgs g = BaseGemm(GemmInput::kE4M3, q, w.weight.get(), w, a);
   g.x_scale = s;
   g.w_scale = w.weight_scale.get<float>();
@@ -378,10 +383,12 @@ void ForwardWeightOnly(const DeviceLinear& w, const LinearArgs& a, LinearContext
 
 void LinearForward(const DeviceLinear& w, const LinearArgs& args, LinearContext& ctx,
                    cudaStream_t stream) {
-  if (args.m < 1 || args.x == nullptr ||
+  const bool swiglu = args.swiglu.gate != nullptr;
+  if (args.m < 1 || (args.x == nullptr) == !swiglu ||
       (args.y_bf16 == nullptr) == (args.y_accumulate == nullptr)) {
     Die(absl::StrCat("needs m >= 1 (got ", args.m, "), an input and exactly one output"));
   }
+  if (swiglu && !FusesSwiGlu(w)) Die("a SwiGLU input needs an FP8 linear (FusesSwiGlu)");
   LinearContext::Impl& c = ctx.impl();
   switch (w.kind) {
     case LinearKind::kBf16:

@@ -89,7 +89,18 @@ struct LinearArgs {
   // kind has them (bf16, weight-only): speculative verification sets it so that its rows equal
   // decode steps bit for bit. Costly for bf16 beyond a few rows (cuBLASLt is faster there).
   bool row_invariant = false;
+  // Instead of x, for a linear that FusesSwiGlu: x = silu(gate) * up, computed by the
+  // activation quantizer (act_quant.h SwiGluQuantizeFp8PerToken), never stored in bf16. The same
+  // result as SwiGluForward into x, bit for bit.
+  struct SwiGlu {
+    const __nv_bfloat16* gate = nullptr;  // [m, stride], 16-byte aligned rows
+    const __nv_bfloat16* up = nullptr;
+    int64_t stride = 0;
+  } swiglu;
 };
+
+// Capability query: whether LinearArgs::swiglu may stand in for x (FP8 W8A8 linears whose input
+// width is a multiple of 8).
 
 // cuBLASLt handle, workspace and scratch buffers (activation quantization, dequantized weight
 // tiles), grown on demand outside graph capture and reused. One per stream; not thread-safe.
@@ -119,6 +130,12 @@ class LinearContext {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+// Capability query: whether LinearArgs::swiglu may stand in for x (FP8 W8A8 linears whose input
+// width is a multiple of 8).
+inline bool FusesSwiGlu(const DeviceLinear& w) {
+  return w.kind == LinearKind::kFp8 && w.in_features % 8 == 0;
+}
 
 // y = x · Wᵀ on `stream`. Preconditions (asserted): m >= 1, exactly one output, scratch
 // reserved for these sizes when called inside graph capture.

@@ -260,10 +260,11 @@ std::vector<float> EmulateFp8Quantization(PagedKv& kv, const Shape& s, const std
   return q_eff;
 }
 
-// Measured on the H200 (max error / max |reference|): against the CPU emulation of the same
-// quantization (only P's e4m3 rounding differs) and against exact attention.
-constexpr double kFp8EmulationTol = 3e-2;
-constexpr double kFp8ExactTol = 1e-1;
+// Max error / max |reference|, measured on the H200 with uniform random Q, K, V: 1.4-2.3e-2
+// against the CPU emulation of the same quantization (only P's e4m3 rounding and the summation
+// order differ), 4-9e-2 against exact attention. A layout or scaling error is of order 1.
+constexpr double kFp8EmulationTol = 5e-2;
+constexpr double kFp8ExactTol = 1.5e-1;
 
 void CheckPrefillFp8(const Shape& s, const std::vector<int>& prefix, const std::vector<int>& fresh,
                      int max_ref_rows) {
@@ -338,14 +339,20 @@ void CheckPrefillFp8(const Shape& s, const std::vector<int>& prefix, const std::
 
 TEST(GpuAttention, PrefillFp8MatchesCpuEmulation) {
   DQ_REQUIRE_GPU();
-  for (const Shape& s : {kQwen3, kGroup8}) {
-    CheckPrefillFp8(s, {0}, {1}, 1 << 20);
-    CheckPrefillFp8(s, {0}, {200}, 1 << 20);
-    // Variable length + chunked prefill: cached prefixes of odd lengths.
-    CheckPrefillFp8(s, {0, 45, 300, 7}, {17, 130, 1, 257}, 1 << 20);
+  // Both schedules of the kernel: ping-pong warpgroups (the default) and free-running ones.
+  for (const char* variant : {"pp", "nopp"}) {
+    SCOPED_TRACE(variant);
+    setenv("DQ_PREFILL_FP8_KERNEL", variant, 1);
+    for (const Shape& s : {kQwen3, kGroup8}) {
+      CheckPrefillFp8(s, {0}, {1}, 1 << 20);
+      CheckPrefillFp8(s, {0}, {200}, 1 << 20);
+      // Variable length + chunked prefill: cached prefixes of odd lengths.
+      CheckPrefillFp8(s, {0, 45, 300, 7}, {17, 130, 1, 257}, 1 << 20);
+    }
+    CheckPrefillFp8(kQwen3, {0}, {8192}, 24);
+    CheckPrefillFp8(kQwen3, {1000}, {4099}, 24);
   }
-  CheckPrefillFp8(kQwen3, {0}, {8192}, 24);
-  CheckPrefillFp8(kQwen3, {1000}, {4099}, 24);
+  unsetenv("DQ_PREFILL_FP8_KERNEL");
   // head_dim 64 is not an FP8 shape: the capability query says so (callers take the bf16 path).
   PagedKv smol(kSmol, {8}, FreshSeed());
   EXPECT_FALSE(PrefillAttentionFp8Supported(smol.layer));

@@ -1,4 +1,5 @@
-// Embedding gather, SwiGLU (separate and fused gate|up) and the residual add vs the CPU.
+// Embedding gather, SwiGLU (separate and fused gate|up) and the residual add vs the CPU; the
+// SwiGLU fused into FP8 activation quantization vs the two kernels it replaces.
 #include "engine/cuda/elementwise.h"
 
 #include <cuda_runtime.h>
@@ -7,6 +8,7 @@
 #include <random>
 
 #include "engine/cpu/cpu_ops.h"
+#include "engine/cuda/act_quant.h"
 #include "engine/cuda/device_buffer.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -90,6 +92,37 @@ TEST(GpuElementwise, SwiGluMatchesCpu) {
   CheckSwiGlu(33, 1536, true);  // SmolLM2-135M MLP
   CheckSwiGlu(3, 17, false);    // odd width: scalar path
   CheckSwiGlu(3, 17, true);
+}
+
+// SwiGluQuantizeFp8PerToken == SwiGluForward then QuantizeFp8PerToken, codes and scales bit
+// for bit (the FP8 prefill's down projection takes the fused path, the CPU reference's equal the
+// unfused one's).
+void CheckSwiGluFp8(int64_t rows, int cols, bool fused_gate_up) {
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed << " rows " << rows << " cols " << cols);
+  const int64_t stride = fused_gate_up ? 2 * cols : cols;
+  const std::vector<float> gu = gpu_test::RandomFloats(rows * 2 * cols, seed, 4.0f);
+  DeviceBuffer d_gu = DeviceBuffer::From(gpu_test::ToBf16(gu));
+  const auto* gate = d_gu.get<__nv_bfloat16>();
+  const auto* up = fused_gate_up ? gate + cols : gate + rows * cols;
+  DeviceBuffer d_h(rows * cols * 2), q_ref(rows * cols), q_got(rows * cols);
+  DeviceBuffer s_ref(rows * 4), s_got(rows * 4);
+  SwiGluForward({gate, up, stride, d_h.get<__nv_bfloat16>(), rows, cols}, nullptr);
+  QuantizeFp8PerToken(d_h.get<__nv_bfloat16>(), rows, cols, q_ref.get<__nv_fp8_e4m3>(),
+                      s_ref.get<float>(), nullptr);
+  SwiGluQuantizeFp8PerToken(
+      {gate, up, stride, rows, cols, q_got.get<__nv_fp8_e4m3>(), s_got.get<float>()}, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(q_got.ToHost<uint8_t>(), q_ref.ToHost<uint8_t>());
+  EXPECT_EQ(s_got.ToHost<float>(), s_ref.ToHost<float>());
+}
+
+TEST(GpuElementwise, SwiGluFusedIntoFp8QuantizationIsBitIdentical) {
+  DQ_REQUIRE_GPU();
+  CheckSwiGluFp8(37, 9728, true);  // Qwen3-4B MLP, gate|up fused
+  CheckSwiGluFp8(37, 9728, false);
+  CheckSwiGluFp8(5, 1536, true);  // SmolLM2-135M MLP
+  CheckSwiGluFp8(1, 8, false);
 }
 
 TEST(GpuElementwise, ResidualAddMatchesCpu) {

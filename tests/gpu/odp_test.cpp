@@ -1,8 +1,9 @@
 // Offloaded disaggregated prefill on the GPU: a prefill model whose layers are streamed per pass
 // (engine/cuda/weight_stream.h) must give bit-identical logits and KV to the same weights held
-// resident, for FP8 (W8A8) and NVFP4 (W4A4), 2 and 3 slots, from the image file (warm and
-// cold page cache) or pinned host memory; a read failing mid-pass fails that pass only; and the
-// ODP backend routes short passes to the resident decode weights and long ones to the stream.
+// resident, for FP8 (W8A8, with bf16 or FP8 attention) and NVFP4 (W4A4), 2 and 3 slots, from the
+// image file (warm and cold page cache) or pinned host memory; a read failing mid-pass fails that
+// pass only; and the ODP backend routes short passes to the resident decode weights and long ones
+// to the stream.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -81,8 +82,12 @@ struct Format {
   std::string scheme;
   ComputeMode mode;
   int group;
+  // FP8 prefill attention (CudaBackendOptions::fp8_attention; needs head_dim 128).
+  bool fp8_attention = false;
 };
-void PrintTo(const Format& f, std::ostream* os) { *os << f.scheme; }
+void PrintTo(const Format& f, std::ostream* os) {
+  *os << f.scheme << (f.fp8_attention ? "+fp8attn" : "");
+}
 
 // Random weights in `f`; the embedding and lm_head depend on `seed` only, like two checkpoints
 // of one model keeping them in bf16.
@@ -178,6 +183,10 @@ class OdpStreaming : public ::testing::TestWithParam<Format> {
  protected:
   void SetUp() override {
     c_ = TinyQwen3();
+    if (GetParam().fp8_attention) {
+      c_.head_dim = 128;
+      options_.fp8_attention = true;
+    }
     kv_ = KvCacheOptions{c_.num_layers, c_.num_kv_heads, c_.head_dim, 16, 256, false};
     cache_ = std::make_shared<DeviceKvCache>(kv_);
     pool_ = std::make_unique<KvBlockPool>(kv_);
@@ -186,6 +195,7 @@ class OdpStreaming : public ::testing::TestWithParam<Format> {
     auto r = CudaDecoderModel::Create(*model_, cache_, options_);
     ASSERT_TRUE(r.ok()) << r.status();
     resident_ = std::move(*r);
+    ASSERT_EQ(resident_->stats().fp8_attention, GetParam().fp8_attention);
     std::mt19937_64 rng(seed_);
     prompt_.resize(150);
     for (int32_t& t : prompt_) t = static_cast<int32_t>(rng() % c_.vocab_size);
@@ -284,8 +294,11 @@ TEST_P(OdpStreaming, AReadErrorFailsThatPassOnly) {
 
 INSTANTIATE_TEST_SUITE_P(Formats, OdpStreaming,
                          ::testing::Values(Format{"fp8", ComputeMode::kW8A8, 0},
+                                           Format{"fp8", ComputeMode::kW8A8, 0, true},
                                            Format{"nvfp4", ComputeMode::kW4A4, 0}),
-                         [](const auto& info) { return info.param.scheme; });
+                         [](const auto& info) {
+                           return info.param.scheme + (info.param.fp8_attention ? "_fp8attn" : "");
+                         });
 
 // The ODP backend: an FP8 prefill checkpoint streamed, int4 decode weights resident; short
 // passes run resident, long ones streamed, the embedding and lm_head held once.
