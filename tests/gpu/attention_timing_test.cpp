@@ -84,10 +84,10 @@ std::string PrefillTiming(int tokens, const char* kernel) {
   a.num_seqs = 1;
   a.num_heads = kHeads;
   a.max_q_len = tokens;
-  // "fp8" / "fp8-nopp": the FP8 kernel (ping-pong warpgroups or not), its quantization of Q, K
-  // and V included in the time.
+  // "fp8" / "fp8-pp": the FP8 kernel (free-running or ping-pong warpgroups), its quantization of Q,
+  // K and V included in the time.
   const bool fp8 = std::string(kernel).rfind("fp8", 0) == 0;
-  setenv("DQ_PREFILL_FP8_KERNEL", std::string(kernel) == "fp8-nopp" ? "nopp" : "pp", 1);
+  setenv("DQ_PREFILL_FP8_KERNEL", std::string(kernel) == "fp8-pp" ? "pp" : "nopp", 1);
   PrefillAttentionFp8Args f;
   std::vector<int32_t> cu_q(2), cu_k(2);
   const std::vector<int32_t> ctx{tokens};
@@ -162,7 +162,7 @@ TEST(GpuAttentionTiming, Qwen3Shape) {
   std::vector<std::string> rows;
   // Each kernel variant (selected through the environment, as a tuning override) in turn.
   for (const char* kernel :
-       {"fp8", "fp8-nopp", "ws64", "ws64pp", "ws128", "ws128pp", "wg64pp", "wg128pp", "mma"}) {
+       {"fp8", "fp8-pp", "ws64", "ws64pp", "ws128", "ws128pp", "wg64pp", "wg128pp", "mma"}) {
     setenv("DQ_PREFILL_KERNEL", kernel, 1);
     rows.push_back(PrefillTiming(32768, kernel));
     rows.push_back(PrefillTiming(8192, kernel));
