@@ -363,6 +363,41 @@ __device__ __forceinline__ void IssuePv(float (&o)[64], const uint32_t (&pf)[4][
   wgmma::Commit();
 }
 
+// The output rows of one thread: O / l per row, times V's channel scales, as bf16.
+struct RowSlot {
+  int seq, h, m0, row, t;  // row: the thread's first row in the q tile (the other is +8)
+};
+__device__ __forceinline__ void StoreRows(const Fp8Params& p, const float (&o)[64],
+                                          const RowState& st, const RowSlot& at,
+                                          const SeqInfo& si) {
+  const int seq = at.seq, h = at.h, m0 = at.m0, t = at.t;
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = st.l[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    inv[r] = 1.0f / l;
+  }
+  const int kvh = h / (p.a.num_heads / p.c.num_kv_heads);
+  const int64_t out_stride = int64_t{p.a.num_heads} * kHd;
+  const int rows = min(kT, si.new_len - m0);
+#pragma unroll
+  for (int dt = 0; dt < kHd / 8; ++dt) {
+    const int col = dt * 8 + 2 * t;
+    const float v0 = AmaxOf(p, seq, kvh, 1, col) / kE4m3Max;
+    const float v1 = AmaxOf(p, seq, kvh, 1, col + 1) / kE4m3Max;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = at.row + r * 8;
+      if (row >= rows) continue;
+      __nv_bfloat16* dst = p.a.out + int64_t{si.q_begin + m0 + row} * out_stride + h * kHd + col;
+      *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(
+          o[dt * 4 + 2 * r] * v0 * inv[r], o[dt * 4 + 2 * r + 1] * v1 * inv[r]);
+    }
+  }
+}
+
 // Ping-pong (kPingPong): the two consumer warpgroups take turns issuing their GEMMs (named
 // barriers 1 and 2), so that the tensor cores run one's S and P V while the other computes its
 // softmax. Warpgroup 0 goes first; every issue slot waits for its turn and passes it on, except
@@ -452,31 +487,7 @@ __device__ __forceinline__ void Consume(const Fp8Params& p, const Ring& R, int s
     finish(pf);
   }
 
-  float inv[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = st.l[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    inv[r] = 1.0f / l;
-  }
-  const int kvh = h / (p.a.num_heads / p.c.num_kv_heads);
-  const int64_t out_stride = int64_t{p.a.num_heads} * kHd;
-  const int rows = min(kT, si.new_len - m0);
-#pragma unroll
-  for (int dt = 0; dt < kHd / 8; ++dt) {
-    const int col = dt * 8 + 2 * t;
-    const float v0 = AmaxOf(p, seq, kvh, 1, col) / kE4m3Max;
-    const float v1 = AmaxOf(p, seq, kvh, 1, col + 1) / kE4m3Max;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = wrow + g + r * 8;
-      if (row >= rows) continue;
-      __nv_bfloat16* dst = p.a.out + int64_t{si.q_begin + m0 + row} * out_stride + h * kHd + col;
-      *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(
-          o[dt * 4 + 2 * r] * v0 * inv[r], o[dt * 4 + 2 * r + 1] * v1 * inv[r]);
-    }
-  }
+  StoreRows(p, o, st, {seq, h, m0, wrow + g, t}, si);
 }
 
 template <bool kPingPong>
