@@ -6,7 +6,8 @@
 //              request_timeout_ms, max_body_bytes
 //   [transfer] backend ("tcp" | "ucx" | "nccl": GPU to GPU, both workers on GPUs), io_timeout_ms
 //   [prefill]  weights, compute, device, threads, token_budget, kv_capacity, port, attention
-//              ("bf16" | "fp8": FP8 attention for compute = "w8a8" on a GPU, docs/serving.md)
+//              ("bf16" | "fp8": FP8 attention for compute = "w8a8"; emulated on the CPU,
+//              docs/serving.md)
 //   [decode]   weights, compute, device, threads, max_batch, kv_capacity, lease_ttl_ms, port,
 //              speculative ("none" | "ngram" | "self" | "dflash"), spec_k (1..16), and for
 //              "self": draft_format | draft_weights, draft_group_size; for "dflash" (CPU

@@ -85,8 +85,8 @@ void AddFlags(CLI::App& app, Flags& f) {
           "cpu|cuda|cuda:N"))
       ->capture_default_str();
   app.add_option("--attention", f.attention,
-                 "prefill attention: bf16, or fp8 (e4m3 Q/K/V/P; --compute w8a8 on a CUDA "
-                 "device, changes numerics slightly, docs/serving.md)")
+                 "prefill attention: bf16, or fp8 (e4m3 Q/K/V/P; --compute w8a8; emulated on "
+                 "the CPU; changes numerics slightly, docs/serving.md)")
       ->check(CLI::IsMember({"bf16", "fp8"}))
       ->capture_default_str();
   // Offloaded disaggregated prefill (docs/odp.md): on a GPU shared with the decode worker.
@@ -212,6 +212,10 @@ int Run(Flags& f) {
       id.kv_layout().num_kv_heads(), id.kv_layout().head_dim(), id.kv_layout().kv_dtype(),
       id.kv_layout().block_size(), pool_tokens, absl::StrJoin(id.transports(), ","), kv_path,
       f.server.token_budget, id.version());
+  if (f.model.fp8_attention) {
+    spdlog::info("dq-prefill: prefill attention in FP8 (e4m3 Q/K/V/P){}",
+                 device == "cpu" ? ", emulated on the CPU" : "");
+  }
   spdlog::info("dq-prefill: serving on {}", (*server)->address());
   int sig = 0;
   sigwait(&signals, &sig);

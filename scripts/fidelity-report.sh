@@ -25,6 +25,7 @@ w=$work
   --tokens "$tokens" --prefix "$prefix" --json \
   --run "bf16=$w/bf16" \
   --run "fp8 w8a8=$w/fp8:w8a8" \
+  --run "fp8 w8a8 + fp8 attention=$w/fp8:w8a8+fp8attn" \
   --run "nvfp4 w4a4 (both phases)=$w/nvfp4:w4a4" \
   --run "nvfp4a16 (both phases)=$w/nvfp4" \
   --run "nvfp4 format-disagg=$w/nvfp4:w4a4,$w/nvfp4:weight_only" \
@@ -53,8 +54,10 @@ lines = [
 ]
 for x in r["runs"]:
     p, d, a = x["prefill_side"], x["decode_side"], x["all"]
+    # FP8 prefill attention (CPU emulation of the CUDA kernel's numerics): "+fp8attn".
+    attn = " +fp8attn" if x["prefill"].get("attention", "exact") != "exact" else ""
     lines.append(
-        f"| {x['label']} | {x['prefill']['weights'].split('/')[-1]} {x['prefill']['compute']} | "
+        f"| {x['label']} | {x['prefill']['weights'].split('/')[-1]} {x['prefill']['compute']}{attn} | "
         f"{x['decode']['weights'].split('/')[-1]} {x['decode']['compute']} | {p['kl']:.4f} | "
         f"{100*p['top1_agreement']:.1f} % | {d['kl']:.4f} | {100*d['top1_agreement']:.1f} % | "
         f"{a['perplexity']:.3f} |")

@@ -51,8 +51,8 @@ absl::StatusOr<BackendFactory> BackendForDevice(const DeviceSpec& device,
                                                 const DeviceBackendOptions& options);
 
 // Whether the prefill passes of a runner made with BackendForDevice (with ODP: its streamed
-// passes) run attention in FP8: asked for, and the model qualifies (cuda::CudaModelStats).
-// False on the CPU.
+// passes) run attention in FP8: asked for, and the model qualifies (cuda::CudaModelStats; on
+// the CPU, emulated: ModelRunner::CpuPrefillUsesFp8Attention).
 bool PrefillUsesFp8Attention(const ModelRunner& runner);
 
 // The KV staging of a runner made with BackendForDevice(device) for a GPU.

@@ -22,7 +22,9 @@ absl::StatusOr<BackendFactory> BackendForDevice(const DeviceSpec& device,
   return NoCuda(device);
 }
 
-bool PrefillUsesFp8Attention(const ModelRunner&) { return false; }
+bool PrefillUsesFp8Attention(const ModelRunner& runner) {
+  return runner.CpuPrefillUsesFp8Attention();
+}
 
 absl::StatusOr<std::unique_ptr<KvStaging>> CreateDeviceKvStaging(ModelRunner&,
                                                                  const DeviceSpec& device) {

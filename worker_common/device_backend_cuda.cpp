@@ -278,7 +278,8 @@ absl::StatusOr<BackendFactory> BackendForDevice(const DeviceSpec& device,
 
 bool PrefillUsesFp8Attention(const ModelRunner& runner) {
   const auto* bound = dynamic_cast<const DeviceBoundModel*>(&runner.forward_model(Phase::kPrefill));
-  return bound != nullptr && bound->prefill_cuda_model().stats().fp8_attention;
+  if (bound == nullptr) return runner.CpuPrefillUsesFp8Attention();
+  return bound->prefill_cuda_model().stats().fp8_attention;
 }
 
 absl::StatusOr<std::unique_ptr<KvStaging>> CreateDeviceKvStaging(ModelRunner& runner,

@@ -42,11 +42,11 @@ absl::StatusOr<std::unique_ptr<Model>> LoadOdpResident(const PhaseModelOptions& 
 
 absl::Status CheckFp8Attention(const PhaseModelOptions& o) {
   if (!o.fp8_attention) return absl::OkStatus();
-  DQ_ASSIGN_OR_RETURN(const DeviceSpec device, ParseDeviceSpec(o.device));
-  if (o.compute == "w8a8" && device.cuda) return absl::OkStatus();
+  DQ_RETURN_IF_ERROR(ParseDeviceSpec(o.device).status());
+  if (o.compute == "w8a8") return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
-      "--attention fp8 is only for --compute w8a8 on a CUDA device (FP8 attention goes with "
-      "FP8 linears), got --compute ",
+      "--attention fp8 is only for --compute w8a8 (FP8 attention goes with FP8 linears; on the "
+      "CPU it is emulated), got --compute ",
       o.compute, " --device ", o.device, "; use --attention bf16 (the default)"));
 }
 
@@ -77,6 +77,8 @@ absl::StatusOr<std::unique_ptr<PhaseModel>> LoadPhaseModel(const PhaseModelOptio
   ro.kv_block_size = o.kv_block_size;
   ro.kv_capacity = o.kv_capacity_tokens;
   ro.backend = std::move(backend);
+  // The CPU emulates FP8 attention (a device backend got the option through BackendForDevice).
+  ro.cpu_prefill.fp8_prefill_attention = o.fp8_attention && !pm->device.cuda;
   if (ro.kv_capacity == 0 && o.kv_capacity_contexts > 0) {
     ro.kv_capacity = std::max(o.kv_capacity_contexts * w.config.max_context, o.min_kv_tokens);
   }
@@ -92,12 +94,14 @@ absl::StatusOr<std::unique_ptr<PhaseModel>> LoadPhaseModel(const PhaseModelOptio
     DQ_ASSIGN_OR_RETURN(pm->runner, ModelRunner::Create(phase, phase, ro));
   }
   if (o.fp8_attention && !PrefillUsesFp8Attention(*pm->runner)) {
-    // Asked for and not taken: the operator would measure the wrong kernel.
+    // Asked for and not taken: the operator would measure the wrong kernel. (The CPU refuses
+    // weights that cannot take it in ModelRunner::Create.)
     return absl::InvalidArgumentError(absl::StrCat(
         "--attention fp8: ", o.weights.empty() ? o.model : o.weights, " (", pm->scheme,
         ", head_dim ", w.config.head_dim, ", ", w.config.num_kv_heads,
-        " KV heads) cannot run FP8 prefill attention: it needs every layer linear in FP8 W8A8, "
-        "head_dim 128 and 1, 2, 4, 8 or 16 KV heads; use --attention bf16"));
+        " KV heads) cannot run FP8 prefill attention on ", pm->device.name(),
+        ": it needs every layer linear in FP8 W8A8, and on a GPU head_dim 128 and 1, 2, 4, 8 or "
+        "16 KV heads; use --attention bf16"));
   }
   DQ_ASSIGN_OR_RETURN(pm->kv_staging, CreateKvStaging(*pm->runner, pm->device));
   return pm;

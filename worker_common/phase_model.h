@@ -38,8 +38,9 @@ struct PhaseModelOptions {
   bool device_graphs = true;
   // GPU decode steps independent of their batch-mates (DeviceBackendOptions::batch_invariant).
   bool batch_invariant = false;
-  // Prefill attention in FP8 (DeviceBackendOptions::fp8_attention): for compute "w8a8" on a
-  // GPU; LoadPhaseModel refuses it elsewhere.
+  // Prefill attention in FP8 (DeviceBackendOptions::fp8_attention on a GPU, emulated on the
+  // CPU: ModelRunnerOptions::cpu_prefill): for compute "w8a8"; LoadPhaseModel refuses it
+  // otherwise.
   bool fp8_attention = false;
   // Offloaded disaggregated prefill (a prefill worker sharing its GPU, docs/odp.md): with
   // odp.enabled, `odp_resident_weights` (the decode checkpoint) is held resident and prefills
@@ -63,9 +64,9 @@ struct PhaseModel {
   const Model& phase_weights() const { return weights ? *weights : *model; }
 };
 
-// FP8 attention (PhaseModelOptions::fp8_attention) goes with FP8 linears on a GPU: an
-// InvalidArgument naming the flags when it is asked for with another compute mode or on the
-// CPU. Needs no weights, so a worker checks it before loading any.
+// FP8 attention (PhaseModelOptions::fp8_attention) goes with FP8 linears: an InvalidArgument
+// naming the flags when it is asked for with another compute mode (or a bad device). Needs no
+// weights, so a worker checks it before loading any.
 absl::Status CheckFp8Attention(const PhaseModelOptions& options);
 
 // Loads the model and this phase's weights and builds the runner on the device (both of its

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "engine/cpu/fp8_attention.h"
 #include "engine/cpu/vec_ops.h"
 #include "engine/quant/ggml_blocks.h"
 
@@ -135,7 +136,9 @@ void ApplyRope(float* x, int num_heads, int head_dim, int pos, const float* inv_
 }
 
 void PagedAttention(const KvBlockPool& pool, int layer, std::span<const AttentionToken> tokens,
-                    const float* q, int num_heads, float* out, ThreadPool& threads) {
+                    const float* q, int num_heads, float* out, ThreadPool& threads,
+                    const AttentionOptions& options) {
+  if (options.fp8) return Fp8PagedAttention(pool, layer, tokens, q, num_heads, out, threads);
   const int head_dim = pool.options().head_dim;
   const int kv_heads = pool.options().num_kv_heads;
   const int group = num_heads / kv_heads;

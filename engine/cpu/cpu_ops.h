@@ -39,9 +39,16 @@ struct AttentionToken {
   int position;           // the token's position; it attends to positions [0, position]
 };
 
+// How PagedAttention computes.
+struct AttentionOptions {
+  // FP8 (e4m3) Q, K, V and P, emulating the CUDA FP8 prefill attention (fp8_attention.h).
+  bool fp8 = false;
+};
+
 // q: [tokens, num_heads * head_dim]; out: same shape. GQA: head h reads KV head
-// h / (num_heads / num_kv_heads).
+// h / (num_heads / num_kv_heads). Exact (fp32) unless options.fp8.
 void PagedAttention(const KvBlockPool& pool, int layer, std::span<const AttentionToken> tokens,
-                    const float* q, int num_heads, float* out, ThreadPool& pool_threads);
+                    const float* q, int num_heads, float* out, ThreadPool& pool_threads,
+                    const AttentionOptions& options = {});
 
 }  // namespace dq::cpu

@@ -11,11 +11,44 @@ struct DecoderModel::Scratch {
   int64_t m = 0;  // tokens in the batch
   std::vector<float> x, h, q, k, v, attn, gate, up;
   std::vector<cpu::AttentionToken> tokens;
+  cpu::AttentionOptions attention;
 };
+
+namespace {
+
+// A pass CUDA runs with its prefill attention: some item brings several new tokens.
+bool PrefillShaped(const Batch& batch) {
+  if (batch.phase != Phase::kPrefill) return false;
+  return std::any_of(batch.items.begin(), batch.items.end(),
+                     [](const BatchItem& it) { return it.tokens.size() > 1; });
+}
+
+}  // namespace
 
 DecoderModel::DecoderModel(ModelConfig config, DecoderWeights weights)
     : config_(std::move(config)), weights_(std::move(weights)) {
   inv_freq_ = cpu::RopeInverseFrequencies(config_.head_dim, config_.rope_theta);
+}
+
+absl::Status DecoderModel::SetOptions(const DecoderModelOptions& options) {
+  if (options.fp8_prefill_attention) {
+    for (size_t l = 0; l < weights_.layers.size(); ++l) {
+      const DecoderLayerWeights& w = weights_.layers[l];
+      for (const LinearWeight* m : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) {
+        if (m->mode == ComputeMode::kW8A8 && m->codec != nullptr && m->codec->scheme() == "fp8") {
+          continue;
+        }
+        return absl::InvalidArgumentError(absl::StrCat(
+            "FP8 prefill attention goes with FP8 linears, but layer ", l, " has a ",
+            m->codec ? std::string(m->codec->scheme()) : std::string(DTypeName(m->dtype)), " ",
+            ComputeModeName(m->mode),
+            " linear; use an fp8 checkpoint (dq-quantize --format fp8) with compute w8a8, or "
+            "exact (bf16) attention"));
+      }
+    }
+  }
+  options_ = options;
+  return absl::OkStatus();
 }
 
 absl::Status DecoderModel::Check(const Batch& batch, const KvBlockPool& pool) const {
@@ -77,7 +110,8 @@ void DecoderModel::AttentionBlock(int layer, const Batch& batch, Scratch& s, KvB
     std::copy_n(kt, c.kv_dim(), pool.key(layer, block, slot));
     std::copy_n(s.v.data() + t * c.kv_dim(), c.kv_dim(), pool.value(layer, block, slot));
   }
-  cpu::PagedAttention(pool, layer, s.tokens, s.q.data(), c.num_heads, s.attn.data(), threads);
+  cpu::PagedAttention(pool, layer, s.tokens, s.q.data(), c.num_heads, s.attn.data(), threads,
+                      s.attention);
   Observe(layer, LinearInput::kO, s.attn, s.m, c.q_dim());
   cpu::MatMul(w.o, s.attn.data(), s.m, s.h.data(), threads);
   cpu::AddInPlace(s.x.data(), s.h.data(), s.m * c.hidden_size);
@@ -138,6 +172,7 @@ absl::Status DecoderModel::Forward(const Batch& batch, KvBlockPool& pool, Thread
       s.tokens.push_back({it.kv, it.kv->num_tokens + static_cast<int>(i)});
     }
   }
+  s.attention.fp8 = options_.fp8_prefill_attention && PrefillShaped(batch);
   Embed(batch, s.x.data());
   for (int layer = 0; layer < c.num_layers; ++layer) {
     AttentionBlock(layer, batch, s, pool, threads);

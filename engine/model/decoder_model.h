@@ -19,6 +19,15 @@ enum class LinearInput { kQkv, kO, kGateUp, kDown };
 using LinearObserver =
     std::function<void(int layer, LinearInput which, const float* x, int64_t rows, int64_t n)>;
 
+// How the CPU forward pass computes, beyond its weights' compute modes.
+struct DecoderModelOptions {
+  // Prefill passes (Phase::kPrefill with some item of several new tokens) run attention in
+  // emulated FP8 (cpu::Fp8PagedAttention), the numerics of cuda::CudaBackendOptions::
+  // fp8_attention; decode-shaped passes (one new token per item) stay exact, as on CUDA, whose
+  // decode kernel runs them. Only for a model whose layer linears all compute FP8 W8A8.
+  bool fp8_prefill_attention = false;
+};
+
 class DecoderModel : public ForwardModel {
  public:
   DecoderModel(ModelConfig config, DecoderWeights weights);
@@ -30,6 +39,10 @@ class DecoderModel : public ForwardModel {
   // Installs (or, with {}, removes) an observer of linear-layer inputs. Not thread-safe with
   // a concurrent Forward.
   void set_observer(LinearObserver observer) { observer_ = std::move(observer); }
+  // InvalidArgument (and nothing set) for fp8_prefill_attention when a layer linear is not FP8
+  // W8A8. Not thread-safe with a concurrent Forward.
+  absl::Status SetOptions(const DecoderModelOptions& options);
+  const DecoderModelOptions& options() const { return options_; }
 
   // Runs `batch`: writes each item's new K/V into `pool` and advances kv->num_tokens.
   // Preconditions (checked, error on violation): every item has blocks for its new tokens,
@@ -55,6 +68,7 @@ class DecoderModel : public ForwardModel {
 
   std::vector<float> inv_freq_;
   LinearObserver observer_;
+  DecoderModelOptions options_;
 };
 
 }  // namespace dq

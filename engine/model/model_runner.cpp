@@ -97,6 +97,8 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
     return std::unique_ptr<ModelRunner>(
         new ModelRunner(std::move(models.prefill), std::move(models.decode), nullptr, kv, threads));
   }
+  // Phase-gated (DecoderModelOptions), so a prefill model shared with decode is fine.
+  DQ_RETURN_IF_ERROR(prefill_model->SetOptions(options.cpu_prefill));
   return std::unique_ptr<ModelRunner>(
       new ModelRunner(prefill_model, decode_model, prefill_model, kv, threads));
 }

@@ -35,6 +35,10 @@ struct ModelRunnerOptions {
   int kv_block_size = 16;  // tokens per KV block
   int kv_capacity = 0;     // tokens the KV pool holds in all; 0: min(context, 8192)
   BackendFactory backend;  // empty: the CPU backend
+  // The CPU backend's prefill model (with an empty `backend`; a device backend takes its own
+  // options, e.g. cuda::CudaBackendOptions::fp8_attention). Create fails with InvalidArgument
+  // when the prefill weights cannot take them (DecoderModel::SetOptions).
+  DecoderModelOptions cpu_prefill;
 };
 
 // The weights one phase computes with. The checkpoint must outlive the runner (weights are
@@ -64,6 +68,12 @@ class ModelRunner {
   std::string_view backend() const { return decode_->backend(); }
   // The forward model that runs `phase` (a worker reaches its backend's KV cache through it).
   const ForwardModel& forward_model(Phase phase) const { return model(phase); }
+
+  // Whether the CPU backend runs prefill passes with emulated FP8 attention
+  // (ModelRunnerOptions::cpu_prefill); false on other backends.
+  bool CpuPrefillUsesFp8Attention() const {
+    return cpu_prefill_ != nullptr && cpu_prefill_->options().fp8_prefill_attention;
+  }
 
   // Observes the prefill model's linear-layer inputs (calibration); {} removes it. CPU backend
   // only (FailedPrecondition otherwise).

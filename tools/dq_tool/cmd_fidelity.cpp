@@ -4,12 +4,14 @@
 // prefill's KV, as a disaggregated deployment does). Each position's next-token distribution
 // is compared with the reference model's: KL(ref || run), top-1 agreement, perplexity.
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/model_runner.h"
@@ -21,7 +23,7 @@ namespace {
 struct FidelityOptions {
   std::string reference;
   std::string text_file;
-  std::vector<std::string> runs;  // "label=PREFILL[:mode][,DECODE[:mode]]"
+  std::vector<std::string> runs;  // "label=PREFILL[:mode[+fp8attn]][,DECODE[:mode]]"
   int tokens = 384;
   int prefix = 192;
   int threads = 0;
@@ -32,7 +34,11 @@ struct RunSpec {
   std::string label;
   std::string prefill_path, decode_path;
   ComputeMode prefill_mode = ComputeMode::kWeightOnly, decode_mode = ComputeMode::kWeightOnly;
+  bool fp8_attention = false;  // prefill passes in emulated FP8 attention ("+fp8attn")
 };
+
+// A phase's MODE may end in this: FP8 prefill attention (DecoderModelOptions), with w8a8.
+constexpr char kFp8AttnSuffix[] = "+fp8attn";
 
 struct Stats {  // sums over positions
   double kl = 0, nll = 0;
@@ -49,24 +55,36 @@ absl::StatusOr<RunSpec> ParseRun(const std::string& s) {
   RunSpec r;
   const size_t eq = s.find('=');
   if (eq == std::string::npos)
-    return absl::InvalidArgumentError("--run needs LABEL=PREFILL[:MODE][,DECODE[:MODE]]: " + s);
+    return absl::InvalidArgumentError(
+        "--run needs LABEL=PREFILL[:MODE[+fp8attn]][,DECODE[:MODE]]: " + s);
   r.label = s.substr(0, eq);
   std::vector<std::string> phases = absl::StrSplit(s.substr(eq + 1), ',');
-  auto parse = [](const std::string& p, std::string* path, ComputeMode* mode) -> absl::Status {
+  auto parse = [](const std::string& p, std::string* path, ComputeMode* mode,
+                  bool* fp8_attention) -> absl::Status {
     const size_t colon = p.rfind(':');
     *path = colon == std::string::npos ? p : p.substr(0, colon);
     if (colon == std::string::npos) {
       *mode = ComputeMode::kWeightOnly;
       return absl::OkStatus();
     }
-    DQ_ASSIGN_OR_RETURN(*mode, ParseComputeMode(p.substr(colon + 1)));
+    std::string m = p.substr(colon + 1);
+    *fp8_attention = absl::EndsWith(m, kFp8AttnSuffix);
+    if (*fp8_attention) m.resize(m.size() - std::strlen(kFp8AttnSuffix));
+    DQ_ASSIGN_OR_RETURN(*mode, ParseComputeMode(m));
     return absl::OkStatus();
   };
-  DQ_RETURN_IF_ERROR(parse(phases[0], &r.prefill_path, &r.prefill_mode));
+  DQ_RETURN_IF_ERROR(parse(phases[0], &r.prefill_path, &r.prefill_mode, &r.fp8_attention));
   // One phase given: both phases run it, in the same compute mode.
   r.decode_path = r.prefill_path;
   r.decode_mode = r.prefill_mode;
-  if (phases.size() > 1) DQ_RETURN_IF_ERROR(parse(phases[1], &r.decode_path, &r.decode_mode));
+  if (phases.size() > 1) {
+    bool decode_fp8_attention = false;
+    DQ_RETURN_IF_ERROR(parse(phases[1], &r.decode_path, &r.decode_mode, &decode_fp8_attention));
+    if (decode_fp8_attention) {
+      return absl::InvalidArgumentError(
+          "--run: +fp8attn is for the prefill phase (decode steps keep exact attention): " + s);
+    }
+  }
   return r;
 }
 
@@ -135,6 +153,7 @@ absl::StatusOr<nlohmann::json> EvaluateRun(const RunSpec& r, ModelCache& cache,
   ModelRunnerOptions ro;
   ro.threads = o.threads;
   ro.kv_capacity = static_cast<int>(ids.size()) + 16;
+  ro.cpu_prefill.fp8_prefill_attention = r.fp8_attention;
   DQ_ASSIGN_OR_RETURN(
       auto runner,
       ModelRunner::Create(PhaseWeights{pm->checkpoint.get(), &pm->config, r.prefill_mode},
@@ -147,7 +166,10 @@ absl::StatusOr<nlohmann::json> EvaluateRun(const RunSpec& r, ModelCache& cache,
   }
   return nlohmann::json{
       {"label", r.label},
-      {"prefill", {{"weights", r.prefill_path}, {"compute", ComputeModeName(r.prefill_mode)}}},
+      {"prefill",
+       {{"weights", r.prefill_path},
+        {"compute", ComputeModeName(r.prefill_mode)},
+        {"attention", r.fp8_attention ? "fp8 (cpu emulation)" : "exact"}}},
       {"decode", {{"weights", r.decode_path}, {"compute", ComputeModeName(r.decode_mode)}}},
       {"prefill_side", prefill.Json()},
       {"decode_side", decode.Json()},
@@ -224,7 +246,9 @@ void RegisterFidelity(CLI::App& app, int* exit_code) {
   cmd->add_option("--reference", o->reference, "the model as shipped")->required();
   cmd->add_option("--text", o->text_file, "text to teacher-force")->required();
   cmd->add_option("--run", o->runs,
-                  "LABEL=PREFILL[:MODE][,DECODE[:MODE]] (MODE: weight_only, w8a8, w4a4); "
+                  "LABEL=PREFILL[:MODE[+fp8attn]][,DECODE[:MODE]] (MODE: weight_only, w8a8, "
+                  "w4a4; +fp8attn: the prefill pass's attention in FP8 e4m3 as the CUDA FP8 "
+                  "prefill kernel computes it, emulated on the CPU; needs w8a8 on fp8 weights); "
                   "repeatable")
       ->required();
   cmd->add_option("--tokens", o->tokens, "tokens of the text to use");

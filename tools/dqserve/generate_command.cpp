@@ -34,8 +34,9 @@ struct GenerateOptions {
   int threads = 0;
   int kv_capacity = 0;  // tokens; 0: the runner's default, min(context, 8192)
   std::string device = "cpu";
-  bool batch_invariant = false;            // cuda: cuda::CudaBackendOptions::batch_invariant
-  std::string prefill_attention = "bf16";  // cuda: "fp8" sets CudaBackendOptions::fp8_attention
+  bool batch_invariant = false;  // cuda: cuda::CudaBackendOptions::batch_invariant
+  // "fp8": CudaBackendOptions::fp8_attention on cuda, emulated on the CPU (DecoderModelOptions)
+  std::string prefill_attention = "bf16";
   SamplingParams sampling;
   std::string speculative = "none";  // drafter name, or none
   SpecConfig spec;
@@ -71,31 +72,35 @@ absl::Status CheckSpecFlags(const GenerateOptions& o) {
 }
 
 // --prefill-attention before any model is loaded (exit code 2 on a bad one): FP8 attention goes
-// with FP8 linears on the GPU.
+// with FP8 linears (on the CPU it is emulated).
 absl::Status CheckAttentionFlags(const GenerateOptions& o) {
   if (o.prefill_attention != "bf16" && o.prefill_attention != "fp8") {
     return absl::InvalidArgumentError(
         absl::StrCat("--prefill-attention must be bf16 or fp8, got '", o.prefill_attention, "'"));
   }
-  if (o.prefill_attention == "fp8" && (o.device != "cuda" || o.prefill_compute != "w8a8")) {
+  if (o.prefill_attention == "fp8" && o.prefill_compute != "w8a8") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--prefill-attention fp8 is only for --device cuda with --prefill-compute w8a8 (FP8 "
-        "attention goes with FP8 linears), got --device ",
+        "--prefill-attention fp8 is only for --prefill-compute w8a8 (FP8 attention goes with FP8 "
+        "linears), got --device ",
         o.device, " --prefill-compute ", o.prefill_compute,
         "; use --prefill-attention bf16 (the default)"));
   }
   return absl::OkStatus();
 }
 
-#ifdef DQ_HAVE_CUDA
-// Whether the runner's prefill passes (with --odp: the streamed ones) run attention in FP8.
+// Whether the runner's prefill passes (with --odp: the streamed ones) run attention in FP8
+// (emulated on the CPU).
 bool PrefillUsesFp8Attention(const ModelRunner& runner) {
+  if (runner.CpuPrefillUsesFp8Attention()) return true;
+#ifdef DQ_HAVE_CUDA
   const ForwardModel* m = &runner.forward_model(Phase::kPrefill);
   if (const auto* odp = dynamic_cast<const OdpForwardModel*>(m)) m = &odp->streamed();
   const auto* cm = dynamic_cast<const cuda::CudaDecoderModel*>(m);
   return cm != nullptr && cm->stats().fp8_attention;
-}
+#else
+  return false;
 #endif
+}
 
 // A chat session: the conversation so far, rendered through the model's template each turn.
 class ChatSession {
@@ -259,20 +264,25 @@ absl::Status RunGenerate(const GenerateOptions& o) {
 #endif
   } else if (o.device != "cpu") {
     return absl::InvalidArgumentError("--device must be cpu or cuda");
+  } else {
+    ro.cpu_prefill.fp8_prefill_attention = o.prefill_attention == "fp8";
   }
   DQ_ASSIGN_OR_RETURN(
       auto runner,
       ModelRunner::Create(PhaseWeights{pm.checkpoint.get(), &pm.config, prefill_mode},
                           PhaseWeights{dm.checkpoint.get(), &dm.config, decode_mode}, ro));
-#ifdef DQ_HAVE_CUDA
   if (o.prefill_attention == "fp8" && !PrefillUsesFp8Attention(*runner)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--prefill-attention fp8: ", pm.path, " (head_dim ", pm.config.head_dim, ", ",
         pm.config.num_kv_heads,
-        " KV heads) cannot run FP8 prefill attention: it needs every layer linear in FP8 W8A8, "
-        "head_dim 128 and 1, 2, 4, 8 or 16 KV heads; use --prefill-attention bf16"));
+        " KV heads) cannot run FP8 prefill attention: it needs every layer linear in FP8 W8A8 "
+        "and, on a GPU, head_dim 128 and 1, 2, 4, 8 or 16 KV heads; use --prefill-attention "
+        "bf16"));
   }
-#endif
+  if (o.prefill_attention == "fp8") {
+    std::fprintf(stderr, "[prefill attention: FP8 (e4m3 Q/K/V/P)%s]\n",
+                 o.device == "cpu" ? ", emulated on the CPU" : "");
+  }
   std::unique_ptr<Model> draft_model;            // the self drafter's weights; outlives the drafter
   std::unique_ptr<Checkpoint> draft_checkpoint;  // the dflash drafter's
   std::unique_ptr<Drafter> drafter;
@@ -330,8 +340,9 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   cmd->add_flag("--batch-invariant", o->batch_invariant,
                 "cuda: decode steps independent of their batch-mates (see docs/speculative.md)");
   cmd->add_option("--prefill-attention", o->prefill_attention,
-                  "cuda, --prefill-compute w8a8: bf16 (default) or fp8 prefill attention (with "
-                  "--odp: the streamed model's; changes numerics slightly, docs/serving.md)");
+                  "--prefill-compute w8a8: bf16 (default) or fp8 prefill attention (emulated on "
+                  "the CPU; with --odp: the streamed model's; changes numerics slightly, "
+                  "docs/serving.md)");
   cmd->add_option("--kv-capacity", o->kv_capacity,
                   "KV cache tokens (default min(context, 8192); a prompt plus its answer must fit)")
       ->check(CLI::Range(0, 1 << 24));

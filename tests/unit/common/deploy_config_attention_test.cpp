@@ -1,5 +1,6 @@
 // [prefill] attention (common/deploy_config.h): "bf16" by default, "fp8" for an FP8 W8A8 prefill
-// on a GPU (also under ODP), and errors that name the key for any other value or setting.
+// on a GPU (also under ODP) or on the CPU (emulated), and errors that name the key for any other
+// value or compute mode.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -58,14 +59,20 @@ TEST(DeployConfigAttention, OtherValuesAreRefusedByName) {
             std::string::npos);
 }
 
-TEST(DeployConfigAttention, Fp8NeedsW8a8OnAGpu) {
-  // On the CPU.
-  const std::string cpu =
-      Error("model = \"m\"\n[prefill]\ncompute = \"w8a8\"\nattention = \"fp8\"\n");
-  EXPECT_NE(cpu.find("[prefill] attention = \"fp8\" is only for compute = \"w8a8\" on a GPU"),
+TEST(DeployConfigAttention, Fp8OnTheCpuIsEmulated) {
+  auto c = ParseDeployConfig("model = \"m\"\n[prefill]\ncompute = \"w8a8\"\nattention = \"fp8\"\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->prefill.attention, "fp8");
+  EXPECT_EQ(c->prefill.device, "cpu");
+}
+
+TEST(DeployConfigAttention, Fp8NeedsW8a8) {
+  // On the CPU, weight-only compute.
+  const std::string cpu = Error("model = \"m\"\n[prefill]\nattention = \"fp8\"\n");
+  EXPECT_NE(cpu.find("[prefill] attention = \"fp8\" is only for compute = \"w8a8\""),
             std::string::npos)
       << cpu;
-  EXPECT_NE(cpu.find("device = \"cpu\""), std::string::npos) << cpu;
+  EXPECT_NE(cpu.find("got compute = \"weight_only\""), std::string::npos) << cpu;
   // Another compute mode on a GPU.
   const std::string w4a4 = Error(
       "model = \"m\"\n[prefill]\ncompute = \"w4a4\"\ndevice = \"cuda:0\"\nattention = \"fp8\"\n"
