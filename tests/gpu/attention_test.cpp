@@ -214,10 +214,10 @@ std::vector<float> CpuFp8Attention(const PagedKv& kv, const Shape& s,
 
 // Max error / max |reference| with uniform random Q, K, V, against the CPU emulation of the scheme
 // (cpu::Fp8PagedAttention: the same quantization; P rounded at the row's final maximum where the
-// kernel keeps a running one, exact exp2, another summation order) and against exact attention
-// (4-10e-2 measured on the H200). A layout or scaling error is of order 1.
-constexpr double kFp8EmulationTol = 5e-2;
-constexpr double kFp8ExactTol = 1.5e-1;
+// kernel keeps a running one, exact exp2, another summation order): 0.6-3.6e-2 measured on the
+// H200 (cfa9a43); against exact attention 3.5-11.6e-2. A layout or scaling error is of order 1.
+constexpr double kFp8EmulationTol = 7e-2;
+constexpr double kFp8ExactTol = 2e-1;
 
 void CheckPrefillFp8(const Shape& s, const std::vector<int>& prefix, const std::vector<int>& fresh,
                      int max_ref_rows) {
