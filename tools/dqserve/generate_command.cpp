@@ -249,6 +249,7 @@ absl::Status RunGenerate(const GenerateOptions& o) {
     }
     OdpFlags odp = o.odp;
     odp.fp8_attention = o.prefill_attention == "fp8";
+    odp.batch_invariant = o.batch_invariant;
     DQ_ASSIGN_OR_RETURN(ro.backend,
                         OdpBackend(odp, pm.config, dm.config, pm.tokenizer, dm.tokenizer));
   } else if (o.device == "cuda") {

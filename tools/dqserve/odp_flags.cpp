@@ -45,6 +45,7 @@ absl::StatusOr<BackendFactory> OdpBackend(const OdpFlags& o, const ModelConfig& 
   odp.stream.image_path = (dir / absl::StrCat("dq-odp-", ::getpid(), ".img")).string();
   cuda::CudaBackendOptions co;
   co.fp8_attention = o.fp8_attention;
+  co.batch_invariant = o.batch_invariant;
   return cuda::OdpBackendFactory(co, odp);
 #else
   return absl::InvalidArgumentError(
