@@ -10,13 +10,15 @@
 //     into the workspace already in the tiles' shared-memory layout (128-byte swizzle; V
 //     transposed, keys permuted to match the P registers), so the attention kernel loads each
 //     16 KiB tile with one bulk copy.
-//  2. Attention: a producer warp feeds K and V^T tiles through a two-stage ring; two consumer
-//     warpgroups of 64 query rows each overlap the S = Q K^T of tile j with the P V of tile j-1
-//     and the softmax. P is rounded to e4m3 (times 2^8, so that small weights keep precision).
+//  2. Attention: a producer warpgroup (one thread issuing bulk copies) feeds K and V^T tiles
+//     through a two-stage ring; two consumer warpgroups of 64 query rows each overlap the
+//     S = Q K^T of tile j with the P V of tile j-1 and the softmax. P is rounded to e4m3 (times
+//     2^8, so that small weights keep precision).
 //
 // Accuracy: e4m3 keeps 3 mantissa bits; against exact attention the output differs by a few
-// percent of its scale (tests/gpu/attention_fp8_test.cpp bounds it, and checks the kernel against
-// a CPU emulation of the same quantization).
+// percent of its scale. tests/gpu/attention_test.cpp (PrefillFp8MatchesCpuEmulation) checks the
+// kernel against cpu::Fp8PagedAttention (engine/cpu/fp8_attention.h), the scheme emulated on the
+// CPU, which also measures its effect on a real model (docs/fidelity.md).
 #pragma once
 
 #include <cuda_runtime.h>
