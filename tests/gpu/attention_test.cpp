@@ -13,7 +13,6 @@
 
 #include "common/thread_pool.h"
 #include "engine/cpu/cpu_ops.h"
-#include "engine/cpu/fp8_attention.h"
 #include "engine/cuda/attention_decode.h"
 #include "engine/cuda/attention_prefill.h"
 #include "engine/cuda/attention_prefill_fp8.h"
@@ -101,14 +100,88 @@ ThreadPool& CpuThreads() {
   return pool;
 }
 
-// Runs cpu::PagedAttention for the chosen tokens (rows of q) and returns [rows, heads * hd].
+// Runs cpu::PagedAttention for the chosen tokens (rows of q) and returns [rows, heads * hd]:
+// exact, or with `fp8` the FP8 scheme emulated on the CPU (cpu::AttentionOptions).
 std::vector<float> CpuAttention(const PagedKv& kv, const Shape& s,
                                 const std::vector<cpu::AttentionToken>& tokens,
-                                const std::vector<float>& q_rows) {
+                                const std::vector<float>& q_rows, bool fp8 = false) {
   std::vector<float> out(q_rows.size());
-  cpu::PagedAttention(kv.pool, 0, tokens, q_rows.data(), s.heads, out.data(), CpuThreads());
+  cpu::PagedAttention(kv.pool, 0, tokens, q_rows.data(), s.heads, out.data(), CpuThreads(),
+                      {.fp8 = fp8});
   return out;
 }
+
+// One prefill attention case: random KV in the paged cache (CPU pool and device), random q, the
+// kernel arguments; after a kernel ran, Sample picks the reference rows.
+struct PrefillCase {
+  PrefillCase(const Shape& shape, const std::vector<int>& prefix_lens,
+              const std::vector<int>& fresh_lens)
+      : s(shape),
+        prefix(prefix_lens),
+        fresh(fresh_lens),
+        seed(FreshSeed()),
+        ctx(Contexts(prefix, fresh)),
+        kv(s, ctx, seed) {
+    for (int f : fresh) cu.push_back(cu.back() + f);
+    row = int64_t{s.heads} * s.head_dim;
+    tokens = cu.back();
+    std::vector<__nv_bfloat16> qb;
+    FillBf16(seed + 3, 2.0f, tokens * row, &q, &qb);
+    d_q = DeviceBuffer::From(qb);
+    d_out = DeviceBuffer(tokens * row * 2);
+    d_cu = DeviceBuffer::From(cu);
+    d_prefix = DeviceBuffer::From(prefix);
+    a.q = d_q.get<__nv_bfloat16>();
+    a.out = d_out.get<__nv_bfloat16>();
+    a.cu_seqlens = d_cu.get<int32_t>();
+    a.prefix_lens = d_prefix.get<int32_t>();
+    a.block_tables = kv.d_tables.get<int32_t>();
+    a.max_blocks_per_seq = kv.max_blocks;
+    a.num_seqs = static_cast<int>(prefix.size());
+    a.num_heads = s.heads;
+    a.max_q_len = *std::max_element(fresh.begin(), fresh.end());
+  }
+  static std::vector<int> Contexts(const std::vector<int>& prefix, const std::vector<int>& fresh) {
+    std::vector<int> c(prefix.size());
+    for (size_t i = 0; i < prefix.size(); ++i) c[i] = prefix[i] + fresh[i];
+    return c;
+  }
+  // Reference rows of the kernel's output: every token, or each sequence's first and last plus
+  // a random sample.
+  struct Rows {
+    std::vector<cpu::AttentionToken> toks;
+    std::vector<float> q, got;
+  };
+  Rows Sample(int max_ref_rows) const {
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> all = gpu_test::FromBf16(d_out.ToHost<__nv_bfloat16>());
+    std::mt19937 rng(seed);
+    Rows r;
+    for (size_t i = 0; i < prefix.size(); ++i) {
+      for (int t = 0; t < fresh[i]; ++t) {
+        const bool take = tokens <= max_ref_rows || t == 0 || t == fresh[i] - 1 ||
+                          rng() % tokens < static_cast<uint32_t>(max_ref_rows);
+        if (!take) continue;
+        const int64_t at = cu[i] + t;
+        r.toks.push_back({&kv.seqs[i], prefix[i] + t});
+        r.q.insert(r.q.end(), q.begin() + at * row, q.begin() + (at + 1) * row);
+        r.got.insert(r.got.end(), all.begin() + at * row, all.begin() + (at + 1) * row);
+      }
+    }
+    return r;
+  }
+
+  const Shape& s;
+  std::vector<int> prefix, fresh;
+  uint64_t seed;
+  std::vector<int> ctx;
+  PagedKv kv;
+  std::vector<int32_t> cu{0};
+  int64_t row = 0, tokens = 0;
+  std::vector<float> q;
+  DeviceBuffer d_q, d_out, d_cu, d_prefix;
+  PrefillAttentionArgs a;
+};
 
 // bf16 keeps 8 significant bits: one rounding is at most 2^-8 relative. Prefill rounds P to bf16
 // (2^-8 per weight, random signs) and the output once: at most ~2 x 2^-8 of max |ref|.
@@ -118,54 +191,15 @@ constexpr double kDecodeTol = 5e-3;
 
 void CheckPrefill(const Shape& s, const std::vector<int>& prefix, const std::vector<int>& fresh,
                   int max_ref_rows) {
-  const uint64_t seed = FreshSeed();
-  std::vector<int> ctx(prefix.size());
-  std::vector<int32_t> cu{0};
-  for (size_t i = 0; i < prefix.size(); ++i) {
-    ctx[i] = prefix[i] + fresh[i];
-    cu.push_back(cu.back() + fresh[i]);
-  }
-  SCOPED_TRACE(testing::Message() << "seed " << seed << " " << s.name << " seqs " << prefix.size()
-                                  << " tokens " << cu.back());
-  PagedKv kv(s, ctx, seed);
-  const int64_t row = int64_t{s.heads} * s.head_dim, tokens = cu.back();
-  std::vector<float> q;
-  std::vector<__nv_bfloat16> qb;
-  FillBf16(seed + 3, 2.0f, tokens * row, &q, &qb);
-  DeviceBuffer d_q = DeviceBuffer::From(qb), d_out(tokens * row * 2);
-  DeviceBuffer d_cu = DeviceBuffer::From(cu), d_prefix = DeviceBuffer::From(prefix);
-  PrefillAttentionArgs a;
-  a.q = d_q.get<__nv_bfloat16>();
-  a.out = d_out.get<__nv_bfloat16>();
-  a.cu_seqlens = d_cu.get<int32_t>();
-  a.prefix_lens = d_prefix.get<int32_t>();
-  a.block_tables = kv.d_tables.get<int32_t>();
-  a.max_blocks_per_seq = kv.max_blocks;
-  a.num_seqs = static_cast<int>(prefix.size());
-  a.num_heads = s.heads;
-  a.max_q_len = *std::max_element(fresh.begin(), fresh.end());
-  PrefillAttentionForward(a, kv.layer, nullptr);
-  CUDA_CHECK(cudaDeviceSynchronize());
-  const std::vector<float> all = gpu_test::FromBf16(d_out.ToHost<__nv_bfloat16>());
-  // Reference rows: every token, or each sequence's first and last plus a random sample.
-  std::mt19937 rng(seed);
-  std::vector<cpu::AttentionToken> toks;
-  std::vector<float> q_rows, got;
-  for (size_t i = 0; i < prefix.size(); ++i) {
-    for (int t = 0; t < fresh[i]; ++t) {
-      const bool take = tokens <= max_ref_rows || t == 0 || t == fresh[i] - 1 ||
-                        rng() % tokens < static_cast<uint32_t>(max_ref_rows);
-      if (!take) continue;
-      const int64_t r = cu[i] + t;
-      toks.push_back({&kv.seqs[i], prefix[i] + t});
-      q_rows.insert(q_rows.end(), q.begin() + r * row, q.begin() + (r + 1) * row);
-      got.insert(got.end(), all.begin() + r * row, all.begin() + (r + 1) * row);
-    }
-  }
-  const double err = MaxRelError(got, CpuAttention(kv, s, toks, q_rows));
+  PrefillCase c(s, prefix, fresh);
+  SCOPED_TRACE(testing::Message() << "seed " << c.seed << " " << s.name << " seqs " << prefix.size()
+                                  << " tokens " << c.tokens);
+  PrefillAttentionForward(c.a, c.kv.layer, nullptr);
+  const PrefillCase::Rows r = c.Sample(max_ref_rows);
+  const double err = MaxRelError(r.got, CpuAttention(c.kv, s, r.toks, r.q));
   EXPECT_LT(err, kPrefillTol);
   std::printf("prefill %s seqs=%zu tokens=%ld (checked %zu): max rel err %.2e\n", s.name,
-              prefix.size(), static_cast<long>(tokens), toks.size(), err);
+              prefix.size(), static_cast<long>(c.tokens), r.toks.size(), err);
 }
 
 TEST(GpuAttention, PrefillMatchesCpu) {
@@ -203,15 +237,6 @@ TEST(GpuAttention, PrefillKernelVariantsMatchCpu) {
 
 // ---- FP8 prefill attention (attention_prefill_fp8.h) ----
 
-// cpu::Fp8PagedAttention (the scheme emulated on the CPU) for the chosen tokens.
-std::vector<float> CpuFp8Attention(const PagedKv& kv, const Shape& s,
-                                   const std::vector<cpu::AttentionToken>& tokens,
-                                   const std::vector<float>& q_rows) {
-  std::vector<float> out(q_rows.size());
-  cpu::Fp8PagedAttention(kv.pool, 0, tokens, q_rows.data(), s.heads, out.data(), CpuThreads());
-  return out;
-}
-
 // Max error / max |reference| with uniform random Q, K, V, against the CPU emulation of the scheme
 // (cpu::Fp8PagedAttention: the same quantization; P rounded at the row's final maximum where the
 // kernel keeps a running one, exact exp2, another summation order): 0.6-3.6e-2 measured on the
@@ -221,27 +246,14 @@ constexpr double kFp8ExactTol = 2e-1;
 
 void CheckPrefillFp8(const Shape& s, const std::vector<int>& prefix, const std::vector<int>& fresh,
                      int max_ref_rows) {
-  const uint64_t seed = FreshSeed();
-  std::vector<int> ctx(prefix.size());
-  std::vector<int32_t> cu{0};
-  for (size_t i = 0; i < prefix.size(); ++i) {
-    ctx[i] = prefix[i] + fresh[i];
-    cu.push_back(cu.back() + fresh[i]);
-  }
-  SCOPED_TRACE(testing::Message() << "fp8 seed " << seed << " " << s.name << " seqs "
-                                  << prefix.size() << " tokens " << cu.back());
-  PagedKv kv(s, ctx, seed);
-  ASSERT_TRUE(PrefillAttentionFp8Supported(kv.layer));
-  const int64_t row = int64_t{s.heads} * s.head_dim, tokens = cu.back();
-  std::vector<float> q;
-  std::vector<__nv_bfloat16> qb;
-  FillBf16(seed + 3, 2.0f, tokens * row, &q, &qb);
-  DeviceBuffer d_q = DeviceBuffer::From(qb), d_out(tokens * row * 2);
-  DeviceBuffer d_cu = DeviceBuffer::From(cu), d_prefix = DeviceBuffer::From(prefix);
+  PrefillCase c(s, prefix, fresh);
+  SCOPED_TRACE(testing::Message() << "fp8 seed " << c.seed << " " << s.name << " seqs "
+                                  << prefix.size() << " tokens " << c.tokens);
+  ASSERT_TRUE(PrefillAttentionFp8Supported(c.kv.layer));
   const int n = static_cast<int>(prefix.size());
   std::vector<int32_t> cu_q(n + 1), cu_k(n + 1);
   PrefillAttentionFp8Args f;
-  PlanFp8AttentionTiles(fresh.data(), ctx.data(), n, cu_q.data(), cu_k.data(), &f);
+  PlanFp8AttentionTiles(fresh.data(), c.ctx.data(), n, cu_q.data(), cu_k.data(), &f);
   DeviceBuffer d_cu_q = DeviceBuffer::From(cu_q), d_cu_k = DeviceBuffer::From(cu_k);
   f.workspace_bytes =
       PrefillAttentionFp8WorkspaceBytes(f.total_q_tiles, f.total_key_tiles, n, s.heads, s.kv_heads);
@@ -250,45 +262,22 @@ void CheckPrefillFp8(const Shape& s, const std::vector<int>& prefix, const std::
   f.workspace = ws.get();
   f.cu_q_tiles = d_cu_q.get<int32_t>();
   f.cu_key_tiles = d_cu_k.get<int32_t>();
-  f.attn.q = d_q.get<__nv_bfloat16>();
-  f.attn.out = d_out.get<__nv_bfloat16>();
-  f.attn.cu_seqlens = d_cu.get<int32_t>();
-  f.attn.prefix_lens = d_prefix.get<int32_t>();
-  f.attn.block_tables = kv.d_tables.get<int32_t>();
-  f.attn.max_blocks_per_seq = kv.max_blocks;
-  f.attn.num_seqs = n;
-  f.attn.num_heads = s.heads;
-  f.attn.max_q_len = *std::max_element(fresh.begin(), fresh.end());
-  PrefillAttentionFp8Forward(f, kv.layer, nullptr);
-  CUDA_CHECK(cudaDeviceSynchronize());
-  const std::vector<float> all = gpu_test::FromBf16(d_out.ToHost<__nv_bfloat16>());
-  std::mt19937 rng(seed);
-  std::vector<cpu::AttentionToken> toks;
-  std::vector<float> q_rows, got;
-  for (int i = 0; i < n; ++i) {
-    for (int t = 0; t < fresh[i]; ++t) {
-      const bool take = tokens <= max_ref_rows || t == 0 || t == fresh[i] - 1 ||
-                        rng() % tokens < static_cast<uint32_t>(max_ref_rows);
-      if (!take) continue;
-      const int64_t r = cu[i] + t;
-      toks.push_back({&kv.seqs[i], prefix[i] + t});
-      q_rows.insert(q_rows.end(), q.begin() + r * row, q.begin() + (r + 1) * row);
-      got.insert(got.end(), all.begin() + r * row, all.begin() + (r + 1) * row);
-    }
-  }
-  const double exact = MaxRelError(got, CpuAttention(kv, s, toks, q_rows));
-  const double emulated = MaxRelError(got, CpuFp8Attention(kv, s, toks, q_rows));
+  f.attn = c.a;
+  PrefillAttentionFp8Forward(f, c.kv.layer, nullptr);
+  const PrefillCase::Rows r = c.Sample(max_ref_rows);
+  const double exact = MaxRelError(r.got, CpuAttention(c.kv, s, r.toks, r.q));
+  const double emulated = MaxRelError(r.got, CpuAttention(c.kv, s, r.toks, r.q, /*fp8=*/true));
   EXPECT_LT(emulated, kFp8EmulationTol);
   EXPECT_LT(exact, kFp8ExactTol);
   std::printf(
       "prefill fp8 %s seqs=%zu tokens=%ld (checked %zu): max rel err %.2e vs emulation, "
       "%.2e vs exact\n",
-      s.name, prefix.size(), static_cast<long>(tokens), toks.size(), emulated, exact);
+      s.name, prefix.size(), static_cast<long>(c.tokens), r.toks.size(), emulated, exact);
 }
 
 TEST(GpuAttention, PrefillFp8MatchesCpuEmulation) {
   DQ_REQUIRE_GPU();
-  // Both schedules of the kernel: ping-pong warpgroups (the default) and free-running ones.
+  // Both schedules of the kernel: free-running warpgroups (the default) and ping-pong.
   for (const char* variant : {"pp", "nopp"}) {
     SCOPED_TRACE(variant);
     setenv("DQ_PREFILL_FP8_KERNEL", variant, 1);
