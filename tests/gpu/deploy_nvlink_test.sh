@@ -106,18 +106,10 @@ def check(cond, msg):
     print(("ok: " if cond else "FAIL: ") + msg, flush=True)
     failures += 0 if cond else 1
 
-def call(method, path, body=None):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
-    c.request(method, path, json.dumps(body) if body is not None else None,
-              {"Content-Type": "application/json"})
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    return r.status, data
-
-def metric(name):
-    return sum(float(line.rsplit(" ", 1)[1]) for line in call("GET", "/metrics")[1].decode()
-               .splitlines() if line.startswith(name) and not line.startswith("#"))
+sys.path.insert(0, "tests/gpu")
+from serve_client import Router
+router = Router(port)
+call, metric = router.call, router.metric
 
 status, raw = call("GET", "/health")
 check(status == 200, f"/health 200 ({raw[:200]!r})")

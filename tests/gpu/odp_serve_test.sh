@@ -21,18 +21,11 @@ n=16
 
 # complete PORT: a greedy completion of $prompt through the router, or "HTTP <status>: <body>".
 complete() {
-  PORT=$1 PROMPT=$prompt N=$n python3 - <<'PY'
-import http.client, json, os
-c = http.client.HTTPConnection("127.0.0.1", int(os.environ["PORT"]), timeout=300)
-c.request("GET", "/v1/models")
-model = json.loads(c.getresponse().read())["data"][0]["id"]
-c.request("POST", "/v1/completions", json.dumps({
-    "model": model, "prompt": os.environ["PROMPT"], "max_tokens": int(os.environ["N"]),
-    "temperature": 0}), {"Content-Type": "application/json"})
-r = c.getresponse()
-body = json.loads(r.read())
-print(body["choices"][0]["text"] if r.status == 200 else f"HTTP {r.status}: {body}", end="")
-PY
+  PORT=$1 PROMPT=$prompt N=$n python3 -c '
+import os, sys
+sys.path.insert(0, "tests/gpu")
+from serve_client import Router
+print(Router(os.environ["PORT"]).complete(os.environ["PROMPT"], int(os.environ["N"])), end="")'
 }
 
 # run_case NAME HEAD_DIM ATTENTION (bf16 | fp8)

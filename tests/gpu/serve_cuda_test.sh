@@ -96,21 +96,10 @@ def check(cond, msg):
     failures += 0 if cond else 1
     return cond
 
-def call(method, path, body=None):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
-    c.request(method, path, json.dumps(body) if body is not None else None,
-              {"Content-Type": "application/json"})
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    return r.status, data
-
-def metric(name):
-    total = 0.0
-    for line in call("GET", "/metrics")[1].decode().splitlines():
-        if line.startswith(name) and not line.startswith("#"):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+sys.path.insert(0, "tests/gpu")
+from serve_client import Router
+router = Router(port)
+call, metric = router.call, router.metric
 
 def chat(prompt, max_tokens):
     model = json.loads(call("GET", "/v1/models")[1])["data"][0]["id"]
