@@ -135,22 +135,17 @@ int64_t LayerBytes(const CudaDecoderModel::Layer& l) {
   return Bytes(l.qkv) + Bytes(l.gate_up) + l.o.device_bytes() + l.down.device_bytes();
 }
 
-void CountLinears(const CudaDecoderModel::Layer& l, CudaModelStats& stats) {
+// Adds the layer's linears to `stats`; `fp8_linears` counts those computing W8A8 in e4m3.
+void CountLinears(const CudaDecoderModel::Layer& l, CudaModelStats& stats, int& fp8_linears) {
   auto count = [&](const DeviceLinear& d) {
     ++stats.layer_linears;
     stats.act_quantized_linears += QuantizesActivations(d.kind);
+    fp8_linears += d.kind == LinearKind::kFp8;
   };
   for (const DeviceLinear& d : l.qkv) count(d);
   for (const DeviceLinear& d : l.gate_up) count(d);
   count(l.o);
   count(l.down);
-}
-
-int CountFp8Linears(const CudaDecoderModel::Layer& l) {
-  int n = (l.o.kind == LinearKind::kFp8) + (l.down.kind == LinearKind::kFp8);
-  for (const DeviceLinear& d : l.qkv) n += d.kind == LinearKind::kFp8;
-  for (const DeviceLinear& d : l.gate_up) n += d.kind == LinearKind::kFp8;
-  return n;
 }
 
 }  // namespace
@@ -168,8 +163,7 @@ absl::Status CudaDecoderModel::Upload(const DecoderModel& cpu,
     DQ_ASSIGN_OR_RETURN(Layer l, UploadLayer(lw, config_.qk_norm));
     stats_.fused_qkv_layers += l.qkv.size() == 1;
     stats_.fused_gate_up_layers += l.gate_up.size() == 1;
-    CountLinears(l, stats_);
-    fp8_linears += CountFp8Linears(l);
+    CountLinears(l, stats_, fp8_linears);
     if (streamer_) {
       DQ_RETURN_IF_ERROR(streamer_->AddLayer(l));
     } else {
