@@ -2,6 +2,8 @@
 
 #include <array>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -271,17 +273,45 @@ absl::Status CheckMessages(std::span<const ChatMessage> messages, std::string_vi
   return absl::OkStatus();
 }
 
-void AppendTurn(std::string& out, std::string_view role, std::string_view content) {
-  absl::StrAppend(&out, "<|im_start|>", AV(role), "\n", AV(content), "<|im_end|>\n");
+// Builds the prompt text and its content ranges in the same appends, so the two cannot
+// disagree: each piece is written either as template text or as message content.
+class PromptBuilder {
+ public:
+  void Template(std::string_view s) { out_.text.append(s); }
+
+  void Content(std::string_view s) {
+    if (s.empty()) return;
+    const size_t begin = out_.text.size();
+    out_.text.append(s);
+    std::vector<TextRange>& ranges = out_.content;
+    if (!ranges.empty() && ranges.back().end == begin) {
+      ranges.back().end = out_.text.size();  // Keeps the ranges non-adjacent.
+    } else {
+      ranges.push_back({begin, out_.text.size()});
+    }
+  }
+
+  RenderedChat Take() && { return std::move(out_); }
+
+ private:
+  RenderedChat out_;
+};
+
+void AppendTurn(PromptBuilder& b, std::string_view role, std::string_view content) {
+  b.Template("<|im_start|>");
+  b.Template(role);  // Checked to be system, user or assistant: not free text.
+  b.Template("\n");
+  b.Content(content);
+  b.Template("<|im_end|>\n");
 }
 
-std::string RenderChatML(std::span<const ChatMessage> messages, const ChatRenderOptions& opts,
-                         bool smollm2_default_system) {
-  std::string out;
-  if (smollm2_default_system && messages[0].role != "system") out += kSmolLM2DefaultSystem;
-  for (const ChatMessage& m : messages) AppendTurn(out, m.role, m.content);
-  if (opts.add_generation_prompt) out += "<|im_start|>assistant\n";
-  return out;
+RenderedChat RenderChatML(std::span<const ChatMessage> messages, const ChatRenderOptions& opts,
+                          bool smollm2_default_system) {
+  PromptBuilder b;
+  if (smollm2_default_system && messages[0].role != "system") b.Template(kSmolLM2DefaultSystem);
+  for (const ChatMessage& m : messages) AppendTurn(b, m.role, m.content);
+  if (opts.add_generation_prompt) b.Template("<|im_start|>assistant\n");
+  return std::move(b).Take();
 }
 
 // Python's str.lstrip/rstrip/strip('\n').
@@ -294,7 +324,8 @@ std::string_view RStripNewlines(std::string_view s) {
   return s;
 }
 
-// Qwen3's split of an assistant message into (reasoning, answer) when it has "</think>".
+// Qwen3's split of an assistant message into (reasoning, answer) when it has "</think>". Both
+// are views into the message's content, so what is copied from them is content.
 struct SplitThink {
   std::string_view reasoning;
   std::string_view content;
@@ -311,42 +342,47 @@ SplitThink SplitReasoning(std::string_view text) {
   return r;
 }
 
-std::string RenderQwen3(std::span<const ChatMessage> messages, const ChatRenderOptions& opts) {
-  const size_t n = messages.size();
-  // The last real user query: user messages that are wrapped tool responses do not count.
-  size_t last_query = n - 1;
-  for (size_t i = n; i-- > 0;) {
+// The last real user query: user messages that are wrapped tool responses do not count.
+size_t LastQueryIndex(std::span<const ChatMessage> messages) {
+  for (size_t i = messages.size(); i-- > 0;) {
     const std::string& c = messages[i].content;
     if (messages[i].role == "user" &&
         !(absl::StartsWith(c, "<tool_response>") && absl::EndsWith(c, "</tool_response>"))) {
-      last_query = i;
-      break;
+      return i;
     }
   }
-  std::string out;
+  return messages.size() - 1;
+}
+
+RenderedChat RenderQwen3(std::span<const ChatMessage> messages, const ChatRenderOptions& opts) {
+  const size_t n = messages.size();
+  const size_t last_query = LastQueryIndex(messages);
+  PromptBuilder b;
   for (size_t i = 0; i < n; ++i) {
     const ChatMessage& m = messages[i];
     if (m.role != "assistant") {
-      AppendTurn(out, m.role, m.content);  // system (first only) or user
+      AppendTurn(b, m.role, m.content);  // system (first only) or user
       continue;
     }
     const SplitThink parts = SplitReasoning(m.content);
-    out += "<|im_start|>assistant\n";
+    b.Template("<|im_start|>assistant\n");
     // Reasoning is kept only after the last user query (the turn in progress); earlier turns
     // lose it.
     if (i > last_query && (i == n - 1 || !parts.reasoning.empty())) {
-      absl::StrAppend(&out, "<think>\n", AV(RStripNewlines(LStripNewlines(parts.reasoning))),
-                      "\n</think>\n\n", AV(LStripNewlines(parts.content)));
+      b.Template("<think>\n");
+      b.Content(RStripNewlines(LStripNewlines(parts.reasoning)));
+      b.Template("\n</think>\n\n");
+      b.Content(LStripNewlines(parts.content));
     } else {
-      out += parts.content;
+      b.Content(parts.content);
     }
-    out += "<|im_end|>\n";
+    b.Template("<|im_end|>\n");
   }
   if (opts.add_generation_prompt) {
-    out += "<|im_start|>assistant\n";
-    if (!opts.enable_thinking) out += "<think>\n\n</think>\n\n";
+    b.Template("<|im_start|>assistant\n");
+    if (!opts.enable_thinking) b.Template("<think>\n\n</think>\n\n");
   }
-  return out;
+  return std::move(b).Take();
 }
 
 }  // namespace
@@ -395,6 +431,12 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromName(std::string_view name) {
 
 absl::StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> messages,
                                                  const ChatRenderOptions& opts) const {
+  DQ_ASSIGN_OR_RETURN(RenderedChat rendered, RenderWithContentRanges(messages, opts));
+  return std::move(rendered.text);
+}
+
+absl::StatusOr<RenderedChat> ChatTemplate::RenderWithContentRanges(
+    std::span<const ChatMessage> messages, const ChatRenderOptions& opts) const {
   DQ_RETURN_IF_ERROR(CheckMessages(messages, name()));
   switch (kind_) {
     case Kind::kChatMLSmolLM2:

@@ -11,14 +11,27 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/text_range.h"
 
 namespace dq {
 
 struct ChatMessage {
   std::string role;  // "system", "user" or "assistant"
   std::string content;
+};
+
+// A rendered prompt and where in it the messages' content went. Bytes inside `content` were
+// copied from a message's content (the caller's, untrusted text); every other byte (the
+// <|im_start|>/<|im_end|> markers, role names, <think> tags the template adds, a default system
+// prompt) was written by the template. The tokenizer uses this to parse special tokens only in
+// the template's bytes (Tokenizer::EncodeSpecialOutside), so content cannot forge a turn.
+struct RenderedChat {
+  std::string text;
+  // Non-empty, sorted, disjoint and non-adjacent ranges of `text`.
+  std::vector<TextRange> content;
 };
 
 struct ChatRenderOptions {
@@ -59,6 +72,9 @@ class ChatTemplate {
   // message anywhere but first.
   absl::StatusOr<std::string> Render(std::span<const ChatMessage> messages,
                                      const ChatRenderOptions& opts) const;
+  // The same text as Render, with the byte ranges of it that came from message content.
+  absl::StatusOr<RenderedChat> RenderWithContentRanges(std::span<const ChatMessage> messages,
+                                                       const ChatRenderOptions& opts) const;
 
   // The Jinja source of a supported template, as published by the model's authors.
   static std::string_view ReferenceSource(Kind kind);

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/device_spec.h"
+#include "common/listen_port.h"
 
 namespace dq {
 namespace {
@@ -143,6 +144,7 @@ absl::Status ReadRouter(const toml::table& t, RouterConfig* c) {
   r.Get("queue_timeout_ms", &c->queue_timeout_ms);
   r.Get("request_timeout_ms", &c->request_timeout_ms);
   r.Get("max_body_bytes", &c->max_body_bytes);
+  r.Get("special_tokens_in_content", &c->special_tokens_in_content);
   return r.Finish();
 }
 
@@ -206,10 +208,10 @@ absl::Status CheckValues(const DeployConfig& c) {
         absl::StrCat("[transfer] backend must be \"tcp\", \"ucx\" or \"nccl\", got \"",
                      c.transfer.backend, "\""));
   }
-  for (int port : {c.router.port, c.router.grpc_port, c.prefill.port, c.decode.port}) {
-    if (port > 65535)
-      return absl::InvalidArgumentError(absl::StrCat("port ", port, " is out of range"));
-  }
+  DQ_RETURN_IF_ERROR(CheckPort(c.router.port, "[router] port"));
+  DQ_RETURN_IF_ERROR(CheckPort(c.router.grpc_port, "[router] grpc_port", "no gRPC API"));
+  DQ_RETURN_IF_ERROR(CheckPort(c.prefill.port, "[prefill] port", "a free port"));
+  DQ_RETURN_IF_ERROR(CheckPort(c.decode.port, "[decode] port", "a free port"));
   if (c.router.max_in_flight < 1)
     return absl::InvalidArgumentError("[router] max_in_flight must be >= 1");
   if (c.decode.max_batch < 1) return absl::InvalidArgumentError("[decode] max_batch must be >= 1");

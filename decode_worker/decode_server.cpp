@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/listen_port.h"
 #include "common/logging.h"
 #include "decode_worker/target_prompt_features.h"
 #include "engine/spec/dflash_drafter.h"
@@ -76,14 +77,15 @@ absl::Status DecodeServer::Init(const DecodeServerOptions& o) {
                          drafter_regions_.get()},
       so);
   grpc::ServerBuilder builder;
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a port in use fails, never shared
   int bound_port = 0;
   builder.AddListeningPort(absl::StrCat(o.host, ":", o.port), grpc::InsecureServerCredentials(),
                            &bound_port);
   builder.RegisterService(service_.get());
   server_ = builder.BuildAndStart();
   if (!server_ || bound_port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", o.host, ":", o.port,
-                                               " (in use, or not an address of this host)"));
+    DQ_RETURN_IF_ERROR(ProbeListen(o.host, o.port));
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", o.host, ":", o.port));
   }
   address_ = absl::StrCat(o.host, ":", bound_port);
   identity_ = worker::WorkerIdentityOf(model_, {"decode", address_, {o.transport}});

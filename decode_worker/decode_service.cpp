@@ -57,7 +57,7 @@ absl::StatusOr<milliseconds> DecodeService::CheckReserve(const v1::ReserveReques
   return ttl;
 }
 
-grpc::Status DecodeService::Reserve(grpc::ServerContext*, const v1::ReserveRequest* r,
+grpc::Status DecodeService::Reserve(grpc::ServerContext* context, const v1::ReserveRequest* r,
                                     v1::KvLease* out) {
   auto ttl = CheckReserve(*r);
   if (!ttl.ok()) return ToGrpc(ttl.status());
@@ -89,6 +89,11 @@ grpc::Status DecodeService::Reserve(grpc::ServerContext*, const v1::ReserveReque
                         absl::StrCat("Reserve(", r->request_id(),
                                      "): the lease expired before it was handed out; raise "
                                      "the deadline or --lease-ttl-ms"));
+  }
+  if (context->IsCancelled()) {
+    // Nobody will receive this lease: free it now rather than at its ttl.
+    (void)p_.leases->ReleaseUncommitted(lease->lease_id);
+    return grpc::Status(grpc::StatusCode::CANCELLED, "Reserve: the caller cancelled");
   }
   out->set_lease_id(lease->lease_id);
   out->set_request_id(lease->request_id);
@@ -164,6 +169,12 @@ grpc::Status DecodeService::Decode(grpc::ServerContext* context, const v1::Decod
     return ToGrpc(job.status());
   }
   const std::string lease_id = job->lease_id;
+  if (context->IsCancelled()) {
+    // Cancelled before the lease was committed: nobody reads this stream, so the blocks go back
+    // now (a committed lease is freed by the batcher's Abort in Pump instead).
+    (void)p_.leases->ReleaseUncommitted(lease_id);
+    return grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled the decode stream");
+  }
   auto stream = p_.batcher->Submit(std::move(*job));
   if (!stream.ok()) {
     const absl::StatusCode code = stream.status().code();
@@ -201,12 +212,16 @@ grpc::Status DecodeService::Pump(grpc::ServerContext* context, DecodeStream& str
 
 grpc::Status DecodeService::Release(grpc::ServerContext*, const v1::ReleaseRequest* r,
                                     v1::ReleaseResponse* out) {
-  absl::Status s = p_.leases->ReleaseUncommitted(r->lease_id());
+  // Without a lease id: the request's uncommitted lease, for a caller that lost Reserve's answer.
+  const bool by_request = r->lease_id().empty() && !r->request_id().empty();
+  const std::string& name = by_request ? r->request_id() : r->lease_id();
+  absl::Status s = by_request ? p_.leases->ReleaseUncommittedRequest(r->request_id())
+                              : p_.leases->ReleaseUncommitted(r->lease_id());
   out->set_found(s.ok());
   if (s.ok()) {
-    spdlog::debug("dq-decode: released {} ({})", r->lease_id(), r->reason());
+    spdlog::debug("dq-decode: released the lease of {} ({})", name, r->reason());
   } else {
-    spdlog::debug("dq-decode: Release({}): {}", r->lease_id(), s.ToString());
+    spdlog::debug("dq-decode: Release({}): {}", name, s.ToString());
   }
   return grpc::Status::OK;
 }

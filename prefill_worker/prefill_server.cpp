@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/listen_port.h"
 #include "common/logging.h"
 
 namespace dq::prefill {
@@ -83,6 +84,7 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Start(
   s->batcher_ = std::make_unique<PrefillBatcher>(*s->model_->runner, *s->stager_, bo);
 
   grpc::ServerBuilder builder;
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a port in use fails, never shared
   int bound = 0;
   builder.AddListeningPort(options.host + ":" + std::to_string(options.port),
                            grpc::InsecureServerCredentials(), &bound);
@@ -93,8 +95,9 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Start(
   builder.RegisterService(service.get());
   s->server_ = builder.BuildAndStart();
   if (!s->server_ || bound == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.host, ":", options.port,
-                                               "; is the port in use?"));
+    DQ_RETURN_IF_ERROR(ProbeListen(options.host, options.port));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.host, ":", options.port));
   }
   s->port_ = bound;
   service->set_address(s->address());

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/listen_port.h"
 #include "router/auth_and_limits.h"
 #include "router/generation_input.h"
 #include "router/rpc_errors.h"
@@ -93,12 +94,16 @@ GrpcFrontend::~GrpcFrontend() { Shutdown(); }
 
 bool GrpcFrontend::Start() {
   grpc::ServerBuilder builder;
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a port in use fails, never shared
   builder.AddListeningPort(absl::StrCat(options_.host, ":", options_.port),
                            grpc::InsecureServerCredentials(), &bound_port_);
   builder.RegisterService(this);
   server_ = builder.BuildAndStart();
   if (!server_ || bound_port_ == 0) {
-    spdlog::error("dq-router: cannot serve gRPC on {}:{}", options_.host, options_.port);
+    const absl::Status why = ProbeListen(options_.host, options_.port);
+    spdlog::error(
+        "dq-router: cannot serve gRPC on {}:{}: {}", options_.host, options_.port,
+        why.ok() ? std::string("the gRPC server did not start") : std::string(why.message()));
     server_.reset();
     return false;
   }

@@ -1,6 +1,7 @@
 #include "router/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <exception>
@@ -109,6 +110,12 @@ void HttpServer::Route(const char* method, const char* path, Handler handler, bo
 }
 
 int HttpServer::Bind() {
+  // Exclusive: cpp-httplib's default adds SO_REUSEPORT, with which a second router on the same
+  // port starts and silently shares it.
+  server_->set_socket_options([](auto sock) {
+    const int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   if (options_.port == 0) return server_->bind_to_any_port(options_.host);
   return server_->bind_to_port(options_.host, options_.port) ? options_.port : -1;
 }

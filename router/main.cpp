@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "common/listen_port.h"
 #include "common/logging.h"
 #include "router/grpc_frontend.h"
 #include "router/http_server.h"
@@ -37,12 +38,14 @@ struct Flags {
   int health_interval_ms = 1000;
   int http_threads = 64;
   std::string log_level = "info";
+  bool special_tokens_in_content = false;
 };
 
 void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--host", f.host, "Address to listen on (HTTP and gRPC)");
-  app.add_option("--port", f.port, "HTTP port (0: any free port)");
-  app.add_option("--grpc-port", f.grpc_port, "gRPC DqServe port (0: off)");
+  app.add_option("--port", f.port, "HTTP port (0: any free port)")->check(CLI::Range(0, 65535));
+  app.add_option("--grpc-port", f.grpc_port, "gRPC DqServe port (0: off)")
+      ->check(CLI::Range(0, 65535));
   app.add_option("--model", f.model, "Model directory or .gguf (tokenizer, chat template, context)")
       ->required();
   app.add_option("--served-model-name", f.served_model_name,
@@ -66,6 +69,9 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--http-threads", f.http_threads, "HTTP worker threads (streams hold one each)")
       ->check(CLI::PositiveNumber);
   app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error, off");
+  app.add_flag("--special-tokens-in-content", f.special_tokens_in_content,
+               "Parse special tokens (<|im_start|>, ...) written inside chat message content; "
+               "for trusted callers only: anyone else can forge turns and roles with them");
 }
 
 // Blocks SIGINT/SIGTERM in every thread (call before starting any) so one thread can sigwait.
@@ -86,6 +92,7 @@ int Run(const Flags& f) {
     spdlog::error("dq-router: {}", model.status().ToString());
     return 1;
   }
+  model->parse_special_in_content = f.special_tokens_in_content;
   spdlog::info("dq-router: model '{}' from {} (context {} tokens, vocabulary {})", model->name,
                model->path, model->max_context, model->vocab_size);
   if (f.prefill.empty() || f.decode.empty()) {
@@ -134,8 +141,9 @@ int Run(const Flags& f) {
   }
   const int port = http.Bind();
   if (port < 0) {
-    spdlog::error("dq-router: cannot listen on http://{}:{} (in use, or a bad address)", f.host,
-                  f.port);
+    const absl::Status why = dq::ProbeListen(f.host, f.port);
+    spdlog::error("dq-router: cannot serve HTTP on {}:{}: {}", f.host, f.port,
+                  why.ok() ? std::string("the bind failed") : std::string(why.message()));
     return 1;
   }
 

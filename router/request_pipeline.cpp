@@ -71,6 +71,22 @@ ApiError Aborted(const std::string& id) {
                   "aborted"};
 }
 
+// A worker cancels a call whose deadline it saw pass (it gets the deadline with the call), often
+// before this side's timer fires: that is the request's timeout, not a worker that went away (which
+// would mark a healthy worker down).
+grpc::Status PastDeadline(grpc::Status s, SchedulerClock::time_point deadline) {
+  if (s.error_code() != grpc::StatusCode::CANCELLED || SchedulerClock::now() < deadline) return s;
+  return grpc::Status(
+      grpc::StatusCode::DEADLINE_EXCEEDED,
+      absl::StrCat("the worker ended the call at the deadline (", s.error_message(), ")"));
+}
+
+// A worker of the request was declared dead (health checks) and the router cancelled its call.
+ApiError WorkerLost(const std::string& failure) {
+  return ApiError{503, "server_error", absl::StrCat(failure, "; the request was lost. Retry."), "",
+                  "worker_unavailable"};
+}
+
 double Seconds(SchedulerClock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 std::string DrafterPromptName(v1::DrafterPrompt p) {
@@ -246,13 +262,20 @@ std::optional<ApiError> RequestPipeline::Reserve(ActiveRequest& r, const WorkerH
   grpc::ClientContext ctx;
   ctx.set_deadline(ToSystemDeadline(r.deadline_));
   r.control_->SetCall(&ctx);
-  const grpc::Status s = decode.decode()->Reserve(&ctx, request, &r.lease_);
+  v1::KvLease lease;
+  const grpc::Status s = PastDeadline(decode.decode()->Reserve(&ctx, request, &lease), r.deadline_);
   r.control_->ClearCall();
   if (s.ok()) {
-    r.lease_open_ = true;
+    r.lease_.Reserved(decode.decode(), std::move(lease));
     return std::nullopt;
   }
   const bool aborted = r.control_->is_aborted();
+  if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+      s.error_code() == grpc::StatusCode::CANCELLED) {
+    // The worker may have reserved before the call ended on this side; its answer is lost.
+    DecodeLease::ReleaseUnknown(decode.decode(), r.id(), "Reserve cancelled or past deadline",
+                                options_.release_timeout);
+  }
   metrics_.Count(OutcomeOf(s, aborted));
   if (aborted) return Aborted(r.id());
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
@@ -270,7 +293,7 @@ std::optional<ApiError> RequestPipeline::Prefill(ActiveRequest& r, const WorkerH
   request.mutable_prompt_token_ids()->Assign(r.input_.prompt_ids.begin(),
                                              r.input_.prompt_ids.end());
   *request.mutable_sampling() = r.sampling_;
-  *request.mutable_lease() = r.lease_;
+  *request.mutable_lease() = r.lease_.lease();
   request.set_deadline_unix_ms(ToUnixMs(r.deadline_));
   request.set_prompt_logprobs(r.input_.prompt_logprobs);
 
@@ -278,13 +301,17 @@ std::optional<ApiError> RequestPipeline::Prefill(ActiveRequest& r, const WorkerH
   ctx.set_deadline(ToSystemDeadline(r.deadline_));
   v1::PrefillResponse response;
   r.control_->SetCall(&ctx);
-  const grpc::Status s = prefill.prefill()->Prefill(&ctx, request, &response);
+  const grpc::Status s =
+      PastDeadline(prefill.prefill()->Prefill(&ctx, request, &response), r.deadline_);
   r.control_->ClearCall();
   const bool aborted = r.control_->is_aborted();
   if (!s.ok() || aborted) {
-    r.ReleaseLease(s.ok() ? "aborted" : absl::StrCat("prefill failed: ", s.error_message()));
+    r.lease_.End(s.ok() ? "aborted" : absl::StrCat("prefill failed: ", s.error_message()));
     metrics_.Count(s.ok() ? Outcome::kAbort : OutcomeOf(s, aborted));
     if (aborted) return Aborted(r.id());
+    if (const std::string failure = r.control_->failure(); !failure.empty()) {
+      return WorkerLost(failure);
+    }
     // A failed KV transfer is about the destination (this request's decode worker: dead,
     // stalled, or its lease expired), not the prefill worker that reported it, and not proof
     // that the decode worker is gone: marking either down here would fail other requests over
@@ -312,14 +339,14 @@ std::optional<ApiError> RequestPipeline::Prefill(ActiveRequest& r, const WorkerH
   if (r.input_.prompt_logprobs) {
     const size_t want = r.input_.prompt_ids.empty() ? 0 : r.input_.prompt_ids.size() - 1;
     if (static_cast<size_t>(response.prompt_logprobs_size()) != want) {
-      r.ReleaseLease("prompt logprobs missing");
+      r.lease_.End("prompt logprobs missing");
       metrics_.Count(Outcome::kError);
       return ApiError{
-          502, "bad_gateway",
+          502, "server_error",
           absl::StrCat("prefill worker ", prefill.address(), " returned ",
                        response.prompt_logprobs_size(), " prompt logprobs for ",
                        r.input_.prompt_ids.size(), " prompt tokens (expected ", want, ")"),
-          "", ""};
+          "", "worker_error"};
     }
     for (const v1::PositionLogprobs& lp : response.prompt_logprobs()) {
       r.prompt_logprobs_.push_back(WithTokenStrings(model_.tokenizer, lp));
@@ -331,35 +358,21 @@ std::optional<ApiError> RequestPipeline::Prefill(ActiveRequest& r, const WorkerH
 // ---- ActiveRequest ----
 
 ActiveRequest::ActiveRequest(RequestPipeline* pipeline, GenerationInput input)
-    : pipeline_(pipeline), input_(std::move(input)), control_(std::make_shared<RequestControl>()) {
+    : pipeline_(pipeline),
+      input_(std::move(input)),
+      control_(std::make_shared<RequestControl>()),
+      lease_(input_.request_id, pipeline->options_.release_timeout) {
   control_->id = input_.request_id;
 }
 
 ActiveRequest::~ActiveRequest() {
-  if (lease_open_) ReleaseLease("the request ended before decoding");
+  lease_.End("the request ended before decoding");
   decode_.reset();
   if (admitted_) pipeline_->scheduler_.Release(input_.request_id);
   if (control_) pipeline_->Unregister(input_.request_id);
 }
 
 const std::string& ActiveRequest::id() const { return input_.request_id; }
-
-void ActiveRequest::ReleaseLease(const std::string& reason) {
-  if (!lease_open_ || !decode_) return;
-  lease_open_ = false;
-  v1::ReleaseRequest request;
-  request.set_lease_id(lease_.lease_id());
-  request.set_reason(reason);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + pipeline_->options_.release_timeout);
-  v1::ReleaseResponse response;
-  const grpc::Status s = decode_->decode()->Release(&ctx, request, &response);
-  if (!s.ok()) {
-    // The lease's ttl reclaims it anyway; this only frees the blocks sooner.
-    spdlog::warn("request {}: Release of lease {} on {} failed: {}", id(), lease_.lease_id(),
-                 decode_->address(), s.error_message());
-  }
-}
 
 struct ActiveRequest::StreamState {
   std::optional<SchedulerClock::time_point> first_token_at;
@@ -376,6 +389,41 @@ struct ActiveRequest::StreamState {
 };
 
 GenerationResult ActiveRequest::Run(const DeltaCallback& on_delta) {
+  OutputAssembler out(pipeline_->model_.tokenizer, input_.sampling.stop);
+  StreamState st;
+  grpc::Status status = grpc::Status::OK;
+  if (FeedFirstToken(on_delta, out, st)) {
+    // A stop string in the first token (lm-eval's "\n") or a client already gone: the decode
+    // worker never sees the request, and its lease is released here.
+    lease_.End("the request ended on its first token");
+  } else {
+    status = StreamDecode(on_delta, out, st);
+    // A Decode call that never delivered a response may never have reached the worker.
+    lease_.End("the decode stream ended before the worker took the lease");
+  }
+  return Finalize(Conclude(st, status, out), st, out, on_delta);
+}
+
+bool ActiveRequest::FeedFirstToken(const DeltaCallback& on_delta, OutputAssembler& out,
+                                   StreamState& st) {
+  // The first token came back with the prefill's commit: the client gets it now, not after a
+  // round trip through the decode worker, whose stream repeats it first (skipped there).
+  Delta delta;
+  const v1::PositionLogprobs* lp = input_.logprobs && commit_.has_first_token_logprobs()
+                                       ? &commit_.first_token_logprobs()
+                                       : nullptr;
+  bool ended = FeedToken(commit_.first_token(), lp, out, st, &delta);
+  st.skip_tokens = 1;
+  st.skip_token = commit_.first_token();
+  if (!delta.empty() && !on_delta(delta)) {
+    st.client_gone = true;
+    ended = true;
+  }
+  return ended;
+}
+
+grpc::Status ActiveRequest::StreamDecode(const DeltaCallback& on_delta, OutputAssembler& out,
+                                         StreamState& st) {
   v1::DecodeRequest request;
   request.set_request_id(id());
   *request.mutable_commit() = commit_;
@@ -391,30 +439,12 @@ GenerationResult ActiveRequest::Run(const DeltaCallback& on_delta) {
   grpc::ClientContext ctx;
   ctx.set_deadline(ToSystemDeadline(deadline_));
   control_->SetCall(&ctx);
-  lease_open_ = false;  // from here the decode worker owns the blocks and frees them on cancel
+  lease_.HandedToDecode();
   std::unique_ptr<grpc::ClientReaderInterface<v1::DecodeResponse>> reader =
       decode_->decode()->Decode(&ctx, request);
-
-  OutputAssembler out(pipeline_->model_.tokenizer, input_.sampling.stop);
-  StreamState st;
-  // The first token came back with the prefill's commit: the client gets it now, not after a
-  // round trip through the decode worker, whose stream repeats it first (skipped below).
-  bool ended = false;
-  {
-    Delta delta;
-    const v1::PositionLogprobs* lp = input_.logprobs && commit_.has_first_token_logprobs()
-                                         ? &commit_.first_token_logprobs()
-                                         : nullptr;
-    ended = FeedToken(commit_.first_token(), lp, out, st, &delta);
-    st.skip_tokens = 1;
-    st.skip_token = commit_.first_token();
-    if (!delta.empty() && !on_delta(delta)) {
-      st.client_gone = true;
-      ended = true;
-    }
-  }
   v1::DecodeResponse response;
-  while (!ended && reader->Read(&response)) {
+  while (reader->Read(&response)) {
+    lease_.TakenByWorker();  // it commits before its first response
     Delta delta;
     const bool done = ConsumeResponse(response, out, st, &delta);
     if (!delta.empty() && !on_delta(delta)) {
@@ -428,7 +458,11 @@ GenerationResult ActiveRequest::Run(const DeltaCallback& on_delta) {
   if (!st.finished || st.finish_reason == v1::FINISH_REASON_ERROR) ctx.TryCancel();
   const grpc::Status status = reader->Finish();
   control_->ClearCall();
-  GenerationResult result = Conclude(st, status, out);
+  return status;
+}
+
+GenerationResult ActiveRequest::Finalize(GenerationResult result, const StreamState& st,
+                                         OutputAssembler& out, const DeltaCallback& on_delta) {
   if (result.outcome == Outcome::kStop || result.outcome == Outcome::kLength ||
       result.outcome == Outcome::kAbort) {
     Delta tail;
@@ -551,10 +585,10 @@ GenerationResult ActiveRequest::Conclude(StreamState& st, const grpc::Status& st
       default:
         return fail(
             Outcome::kError,
-            ApiError{502, "bad_gateway",
+            ApiError{502, "server_error",
                      absl::StrCat("decode worker ", address, " failed: ",
                                   st.worker_error.empty() ? "(no message)" : st.worker_error),
-                     "", ""});
+                     "", "worker_error"});
     }
   }
   if (control_->is_aborted()) {
@@ -563,13 +597,11 @@ GenerationResult ActiveRequest::Conclude(StreamState& st, const grpc::Status& st
     return r;
   }
   if (const std::string failure = control_->failure(); !failure.empty()) {
-    return fail(Outcome::kError,
-                ApiError{503, "service_unavailable",
-                         absl::StrCat(failure, "; the request was lost. Retry."), "", ""});
+    return fail(Outcome::kError, WorkerLost(failure));
   }
   spdlog::warn("request {}: decode stream from {} ended without a final response: {}", id(),
                address, status.ok() ? std::string("(status OK)") : status.error_message());
-  grpc::Status s = status;
+  grpc::Status s = PastDeadline(status, deadline_);
   if (s.ok()) s = grpc::Status(grpc::StatusCode::INTERNAL, "the stream ended without finishing");
   if (s.error_code() == grpc::StatusCode::CANCELLED) {
     // Nobody on this side cancelled it: the worker's end went away (a crash resets the stream).

@@ -25,6 +25,7 @@
 #include "dqserve/v1/worker.grpc.pb.h"
 #include "router/api_error.h"
 #include "router/api_types.h"
+#include "router/decode_lease.h"
 #include "router/openai_response.h"
 #include "router/output_assembler.h"
 #include "router/router_metrics.h"
@@ -90,13 +91,19 @@ class ActiveRequest {
   struct StreamState;
   ActiveRequest(RequestPipeline* pipeline, GenerationInput input);
 
+  // Feeds the commit's first token; true when the request ends on it (it then never decodes).
+  bool FeedFirstToken(const DeltaCallback& on_delta, OutputAssembler& out, StreamState& st);
+  // Streams the Decode call into `on_delta` until the request ends; the call's status.
+  grpc::Status StreamDecode(const DeltaCallback& on_delta, OutputAssembler& out, StreamState& st);
   bool ConsumeResponse(const dqserve::v1::DecodeResponse& response, OutputAssembler& out,
                        StreamState& st, Delta* delta);
   // Feeds one generated token; true when the request ends on it (stop string, max_tokens).
   bool FeedToken(int32_t token, const dqserve::v1::PositionLogprobs* logprobs, OutputAssembler& out,
                  StreamState& st, Delta* delta);
   GenerationResult Conclude(StreamState& st, const grpc::Status& status, OutputAssembler& out);
-  void ReleaseLease(const std::string& reason);
+  // The stream's tail, usage and metrics.
+  GenerationResult Finalize(GenerationResult result, const StreamState& st, OutputAssembler& out,
+                            const DeltaCallback& on_delta);
 
   RequestPipeline* pipeline_;
   GenerationInput input_;
@@ -107,10 +114,9 @@ class ActiveRequest {
   SchedulerClock::time_point admitted_at_;
   std::optional<WorkerHandle> decode_;
   dqserve::v1::SamplingParams sampling_;
-  dqserve::v1::KvLease lease_;
+  DecodeLease lease_;  // after decode_: released before the handle goes
   dqserve::v1::KvCommit commit_;
   std::vector<dqserve::v1::PositionLogprobs> prompt_logprobs_;
-  bool lease_open_ = false;  // reserved and not yet handed to Decode or released
 };
 
 struct StartResult {

@@ -9,6 +9,9 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
 }
 
 ApiError WorkerCallError(std::string_view what, const grpc::Status& status) {
+  // A worker's failure is the server's, whatever its code: "server_error", so that clients (the
+  // OpenAI SDK retries 5xx) neither blame the request nor give up on it. The router's own
+  // cancellations (client gone, Abort) never come here.
   ApiError e;
   e.type = "server_error";
   const std::string detail =
@@ -16,13 +19,13 @@ ApiError WorkerCallError(std::string_view what, const grpc::Status& status) {
   switch (status.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
       e.http_status = 503;
-      e.type = "service_unavailable";
+      e.code = "worker_unavailable";
       e.message = absl::StrCat(std::string(what), ": the worker is unreachable (", detail,
                                "). Retry shortly; the router routes around dead workers.");
       return e;
     case grpc::StatusCode::RESOURCE_EXHAUSTED:
       e.http_status = 503;
-      e.type = "service_unavailable";
+      e.code = "worker_overloaded";
       e.message = absl::StrCat(std::string(what), ": the worker is out of capacity (", detail,
                                "). Retry later or send a shorter request.");
       return e;
@@ -39,13 +42,15 @@ ApiError WorkerCallError(std::string_view what, const grpc::Status& status) {
       e.message = absl::StrCat(std::string(what), ": ", detail);
       return e;
     case grpc::StatusCode::CANCELLED:
-      e.http_status = 499;
-      e.type = "invalid_request_error";
-      e.message = absl::StrCat(std::string(what), ": cancelled (", detail, ")");
+      // The worker's side ended the call (shutting down, its stream broke): retry elsewhere.
+      e.http_status = 502;
+      e.code = "worker_cancelled";
+      e.message = absl::StrCat(std::string(what), ": the worker cancelled the call (", detail,
+                               "). Retry; another worker may serve it.");
       return e;
     default:
       e.http_status = 502;
-      e.type = "bad_gateway";
+      e.code = "worker_error";
       e.message = absl::StrCat(std::string(what), ": ", detail);
       return e;
   }

@@ -17,10 +17,12 @@ namespace dq::router {
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
 // What the client sees when a call to a worker failed. `what` says which step failed, e.g.
-// "prefill worker 10.0.0.2:7001 failed". Unavailable -> 503 service_unavailable (retry later);
-// DeadlineExceeded -> 504 timeout; InvalidArgument / OutOfRange -> 400 (the request cannot be
-// served as given); ResourceExhausted -> 503 (the worker is out of KV memory: retry later);
-// Cancelled -> 499; anything else -> 502 bad_gateway (a worker misbehaved, not the client).
+// "prefill worker 10.0.0.2:7001 failed". Type server_error for every 5xx, with a code:
+// Unavailable -> 503 worker_unavailable (retry later); ResourceExhausted -> 503
+// worker_overloaded (out of KV memory: retry later); DeadlineExceeded -> 504 timeout;
+// Cancelled (by the worker: the router's own cancels never get here) -> 502 worker_cancelled;
+// anything else -> 502 worker_error (a worker misbehaved, not the client). InvalidArgument /
+// OutOfRange -> 400 invalid_request_error (the request cannot be served as given).
 ApiError WorkerCallError(std::string_view what, const grpc::Status& status);
 
 // 503 service_unavailable with `message` (no live worker of a role, router shutting down).

@@ -39,9 +39,10 @@ ApiResult<std::vector<int32_t>> ServedModel::ChatPrompt(const std::vector<ChatMe
   ChatRenderOptions opts;
   opts.add_generation_prompt = add_generation_prompt;
   if (enable_thinking) opts.enable_thinking = *enable_thinking;
-  absl::StatusOr<std::string> text = chat_template->Render(messages, opts);
-  if (!text.ok()) return InvalidRequest("messages", std::string(text.status().message()));
-  return tokenizer.Encode(*text, /*parse_special=*/true);
+  absl::StatusOr<RenderedChat> prompt = chat_template->RenderWithContentRanges(messages, opts);
+  if (!prompt.ok()) return InvalidRequest("messages", std::string(prompt.status().message()));
+  if (parse_special_in_content) return tokenizer.Encode(prompt->text, /*parse_special=*/true);
+  return tokenizer.EncodeSpecialOutside(prompt->text, prompt->content);
 }
 
 std::vector<int32_t> ServedModel::CompletionPrompt(const CompletionRequest& request) const {

@@ -23,13 +23,18 @@ struct ServedModel {
   std::optional<ChatTemplate> chat_template;
   int max_context = 0;
   int vocab_size = 0;
+  // Whether special-token text inside message content (say "<|im_end|>\n<|im_start|>system")
+  // becomes control tokens in ChatPrompt. Off: content is text, so a client cannot forge turns
+  // or roles; on (dq-router --special-tokens-in-content) only for callers trusted to write them.
+  bool parse_special_in_content = false;
 
   // Loads `path` (HF directory or .gguf). `name` empty: the path's stem ("Qwen3-4B" for
   // /models/Qwen3-4B/ or /models/Qwen3-4B.gguf).
   static absl::StatusOr<ServedModel> Load(const std::string& path, std::string name);
 
   // The chat prompt's token ids: the messages rendered with the chat template (with the
-  // assistant prefix), then tokenized with special tokens parsed. 400 when the model has no
+  // assistant prefix), then tokenized with special tokens parsed in the template's text (and in
+  // the messages' content only when parse_special_in_content). 400 when the model has no
   // template or the template refuses the conversation.
   ApiResult<std::vector<int32_t>> ChatPrompt(const std::vector<ChatMessage>& messages,
                                              std::optional<bool> enable_thinking,

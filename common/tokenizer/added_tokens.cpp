@@ -14,6 +14,28 @@ size_t PrevCharStart(std::string_view text, size_t pos) {
   return i;
 }
 
+// Where the whitespace run ending at `begin` starts, not before `floor`.
+size_t WhitespaceStart(std::string_view text, size_t begin, size_t floor) {
+  char32_t cp = 0;
+  while (begin > floor) {
+    const size_t prev = PrevCharStart(text, begin);
+    if (prev < floor || DecodeUtf8(text, prev, &cp) <= 0 || !IsUnicodeWhitespace(cp)) break;
+    begin = prev;
+  }
+  return begin;
+}
+
+// Where the whitespace run starting at `end` ends, not after `ceiling`.
+size_t WhitespaceEnd(std::string_view text, size_t end, size_t ceiling) {
+  char32_t cp = 0;
+  int len = 0;
+  while (end < ceiling && (len = DecodeUtf8(text, end, &cp)) > 0 && IsUnicodeWhitespace(cp) &&
+         end + static_cast<size_t>(len) <= ceiling) {
+    end += static_cast<size_t>(len);
+  }
+  return end;
+}
+
 }  // namespace
 
 bool IsUnicodeWhitespace(char32_t cp) {
@@ -54,48 +76,52 @@ int32_t AddedTokenMatcher::Child(int32_t node, uint8_t byte) const {
   return it != children.end() && it->first == byte ? it->second : -1;
 }
 
-int32_t AddedTokenMatcher::LongestAt(std::string_view text, size_t pos, size_t* end) const {
+int32_t AddedTokenMatcher::LongestAt(std::string_view text, size_t pos, size_t special_limit,
+                                     size_t* end) const {
   int32_t node = 0, best = -1;
   for (size_t i = pos; i < text.size(); ++i) {
     node = Child(node, static_cast<uint8_t>(text[i]));
     if (node < 0) break;
-    if (nodes_[node].token >= 0) {
-      best = nodes_[node].token;
+    const int32_t t = nodes_[node].token;
+    // A special token that would run past the limit is skipped, so a shorter match at the same
+    // position (a non-special token) can still win.
+    if (t >= 0 && (!tokens_[t].special || i + 1 <= special_limit)) {
+      best = t;
       *end = i + 1;
     }
   }
   return best;
 }
 
-void AddedTokenMatcher::Split(std::string_view text, std::vector<Segment>* out) const {
+void AddedTokenMatcher::Split(std::string_view text, std::span<const TextRange> no_special,
+                              std::vector<Segment>* out) const {
   size_t emitted = 0;  // Text before this is already in *out.
   size_t pos = 0;
+  size_t r = 0;  // no_special[r] is the first range that ends after pos.
   while (pos < text.size()) {
+    if (!first_bytes_[static_cast<uint8_t>(text[pos])]) {
+      ++pos;
+      continue;
+    }
+    while (r < no_special.size() && no_special[r].end <= pos) ++r;
+    // A special token must lie between the ranges around pos; inside a range (ceiling <= pos)
+    // none can match.
+    const size_t floor = r > 0 ? no_special[r - 1].end : 0;
+    const size_t ceiling = r < no_special.size() ? no_special[r].begin : text.size();
     size_t end = 0;
-    const int32_t t =
-        first_bytes_[static_cast<uint8_t>(text[pos])] ? LongestAt(text, pos, &end) : -1;
+    const int32_t t = LongestAt(text, pos, ceiling, &end);
     if (t < 0) {
       ++pos;
       continue;
     }
-    size_t begin = pos;
-    char32_t cp = 0;
-    if (tokens_[t].lstrip) {
-      while (begin > emitted) {
-        const size_t prev = PrevCharStart(text, begin);
-        if (DecodeUtf8(text, prev, &cp) <= 0 || !IsUnicodeWhitespace(cp)) break;
-        begin = prev;
-      }
-    }
-    if (tokens_[t].rstrip) {
-      int len = 0;
-      while (end < text.size() && (len = DecodeUtf8(text, end, &cp)) > 0 &&
-             IsUnicodeWhitespace(cp)) {
-        end += static_cast<size_t>(len);
-      }
-    }
+    const AddedTokenEntry& token = tokens_[t];
+    // Nor may a special token's lstrip/rstrip swallow whitespace inside a range.
+    const size_t strip_floor = token.special ? std::max(emitted, floor) : emitted;
+    const size_t strip_ceiling = token.special ? ceiling : text.size();
+    const size_t begin = token.lstrip ? WhitespaceStart(text, pos, strip_floor) : pos;
+    if (token.rstrip) end = WhitespaceEnd(text, end, strip_ceiling);
     if (begin > emitted) out->push_back({text.substr(emitted, begin - emitted), -1});
-    out->push_back({text.substr(begin, end - begin), tokens_[t].id});
+    out->push_back({text.substr(begin, end - begin), token.id});
     emitted = pos = end;
   }
   if (emitted < text.size()) out->push_back({text.substr(emitted), -1});

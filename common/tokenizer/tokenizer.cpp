@@ -1,5 +1,6 @@
 #include "common/tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <map>
 
 #include "common/tokenizer/added_tokens.h"
@@ -46,6 +47,44 @@ absl::Status CheckId(std::optional<int32_t> id, size_t n, std::string_view what)
   return absl::OkStatus();
 }
 
+// `ranges` clipped to [0, size), without empty ones, sorted and merged where they overlap or
+// touch: the form AddedTokenMatcher::Split needs.
+std::vector<TextRange> CanonicalRanges(std::span<const TextRange> ranges, size_t size) {
+  std::vector<TextRange> out;
+  for (TextRange r : ranges) {
+    r.end = std::min(r.end, size);
+    if (r.begin < r.end) out.push_back(r);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const TextRange& a, const TextRange& b) { return a.begin < b.begin; });
+  size_t kept = 0;
+  for (const TextRange& r : out) {
+    if (kept > 0 && r.begin <= out[kept - 1].end) {
+      out[kept - 1].end = std::max(out[kept - 1].end, r.end);
+    } else {
+      out[kept++] = r;
+    }
+  }
+  out.resize(kept);
+  return out;
+}
+
+// Replaces ill-formed UTF-8 in `text` as Encode does, but piece by piece between the range
+// boundaries, moving the (canonical) ranges so they still cover the same characters.
+std::string Utf8LossyKeepingRanges(std::string_view text, std::vector<TextRange>* ranges) {
+  std::string out;
+  size_t at = 0;
+  for (TextRange& r : *ranges) {
+    tok_internal::AppendUtf8Lossy(text.substr(at, r.begin - at), &out);
+    const size_t begin = out.size();
+    tok_internal::AppendUtf8Lossy(text.substr(r.begin, r.end - r.begin), &out);
+    at = r.end;
+    r = {begin, out.size()};
+  }
+  tok_internal::AppendUtf8Lossy(text.substr(at), &out);
+  return out;
+}
+
 // The added tokens of `spec`: from token_types, then the explicit list (which wins).
 absl::StatusOr<std::map<int32_t, AddedToken>> CollectAddedTokens(const TokenizerSpec& spec) {
   const size_t n = spec.tokens.size();
@@ -85,7 +124,7 @@ struct Tokenizer::Impl {
   TokenIdMap token_to_id;
   BpeModel bpe;
   RegexChain pre;
-  AddedTokenMatcher all_added;          // parse_special = true.
+  AddedTokenMatcher all_added;          // parse_special = true; EncodeSpecialOutside.
   AddedTokenMatcher non_special_added;  // parse_special = false.
   PreTokenizer pre_type = PreTokenizer::kGpt2;
   Normalizer normalizer = Normalizer::kNone;
@@ -93,7 +132,28 @@ struct Tokenizer::Impl {
 
   void EncodePlain(std::string_view text, std::vector<std::string_view>* pieces,
                    std::vector<int32_t>* ids) const;
+  // `text` is valid UTF-8; `no_special` is canonical (CanonicalRanges).
+  std::vector<int32_t> EncodeValid(std::string_view text, const AddedTokenMatcher& added,
+                                   std::span<const TextRange> no_special) const;
 };
+
+std::vector<int32_t> Tokenizer::Impl::EncodeValid(std::string_view text,
+                                                  const AddedTokenMatcher& added,
+                                                  std::span<const TextRange> no_special) const {
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 1);
+  std::vector<Segment> segments;
+  added.Split(text, no_special, &segments);
+  std::vector<std::string_view> pieces;
+  for (const Segment& segment : segments) {
+    if (segment.id >= 0) {
+      ids.push_back(segment.id);
+    } else {
+      EncodePlain(segment.text, &pieces, &ids);
+    }
+  }
+  return ids;
+}
 
 void Tokenizer::Impl::EncodePlain(std::string_view text, std::vector<std::string_view>* pieces,
                                   std::vector<int32_t>* ids) const {
@@ -145,7 +205,7 @@ absl::StatusOr<Tokenizer> Tokenizer::FromSpec(TokenizerSpec spec) {
     impl->tokens[id] = token.content;
     impl->token_to_id[token.content] = id;
     impl->flags[id] = kAdded | (token.special ? kSpecial : 0);
-    AddedTokenEntry entry{id, token.content, token.lstrip, token.rstrip};
+    AddedTokenEntry entry{id, token.content, token.lstrip, token.rstrip, token.special};
     all.push_back(entry);
     if (!token.special) non_special.push_back(std::move(entry));
   }
@@ -172,25 +232,25 @@ Tokenizer::Tokenizer() {
 Tokenizer::~Tokenizer() = default;
 
 std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool parse_special) const {
-  std::vector<int32_t> ids;
-  if (impl_->tokens.empty()) return ids;
+  if (impl_->tokens.empty()) return {};
   std::string clean;
   if (!tok_internal::IsValidUtf8(text)) {
     tok_internal::AppendUtf8Lossy(text, &clean);
     text = clean;
   }
-  ids.reserve(text.size() / 3 + 1);
-  std::vector<Segment> segments;
-  (parse_special ? impl_->all_added : impl_->non_special_added).Split(text, &segments);
-  std::vector<std::string_view> pieces;
-  for (const Segment& segment : segments) {
-    if (segment.id >= 0) {
-      ids.push_back(segment.id);
-    } else {
-      impl_->EncodePlain(segment.text, &pieces, &ids);
-    }
+  return impl_->EncodeValid(text, parse_special ? impl_->all_added : impl_->non_special_added, {});
+}
+
+std::vector<int32_t> Tokenizer::EncodeSpecialOutside(std::string_view text,
+                                                     std::span<const TextRange> no_special) const {
+  if (impl_->tokens.empty()) return {};
+  std::vector<TextRange> ranges = CanonicalRanges(no_special, text.size());
+  std::string clean;
+  if (!tok_internal::IsValidUtf8(text)) {
+    clean = Utf8LossyKeepingRanges(text, &ranges);
+    text = clean;
   }
-  return ids;
+  return impl_->EncodeValid(text, impl_->all_added, ranges);
 }
 
 std::string Tokenizer::Decode(std::span<const int32_t> ids, bool skip_special) const {

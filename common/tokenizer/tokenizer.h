@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/text_range.h"
 
 namespace dq {
 
@@ -111,6 +112,16 @@ class Tokenizer {
   // still matched, as HF's encode_special_tokens does. Ill-formed UTF-8 in `text` is first
   // replaced by U+FFFD.
   std::vector<int32_t> Encode(std::string_view text, bool parse_special = true) const;
+
+  // Token ids of `text` with special tokens parsed only outside the byte ranges `no_special`
+  // (e.g. a chat prompt whose message content is untrusted): outside them the result is
+  // Encode(text, true)'s, inside them special-token text is ordinary text, as in
+  // Encode(text, false) (non-special added tokens still match). A special token whose text would
+  // overlap a range is not taken, and a special token's lstrip/rstrip stops at a range (that
+  // whitespace stays the range's text). Ranges may be in any order, overlap, or reach past the
+  // text (they are clipped); they should start and end on character boundaries.
+  std::vector<int32_t> EncodeSpecialOutside(std::string_view text,
+                                            std::span<const TextRange> no_special) const;
 
   // Text of `ids`; ids out of range are skipped, special tokens too when skip_special.
   std::string Decode(std::span<const int32_t> ids, bool skip_special = false) const;

@@ -6,10 +6,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/deploy_config.h"
+#include "common/listen_port.h"
 #include "nlohmann/json.hpp"
 #include "tools/dqserve/process_group.h"
 
@@ -20,7 +22,7 @@ constexpr char kDefaultModel[] = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 struct UpOptions {
   std::string config;
-  int port = -1;  // overrides [router] port when >= 0
+  std::optional<int> port;  // overrides [router] port
   std::string log_level = "info";
   int startup_timeout_s = 300;
   bool print_commands = false;
@@ -39,7 +41,10 @@ absl::StatusOr<DeployConfig> ResolveConfig(const UpOptions& o) {
   } else {
     c.model = kDefaultModel;
   }
-  if (o.port >= 0) c.router.port = o.port;
+  if (o.port) {
+    DQ_RETURN_IF_ERROR(CheckPort(*o.port, "--port"));
+    c.router.port = *o.port;
+  }
   if (!std::filesystem::exists(c.model)) {
     return absl::NotFoundError(absl::StrCat("model ", c.model, " not found; ",
                                             o.config.empty()
@@ -52,6 +57,27 @@ absl::StatusOr<DeployConfig> ResolveConfig(const UpOptions& o) {
     DQ_ASSIGN_OR_RETURN(p->port, PickFreePort("127.0.0.1"));
   }
   return c;
+}
+
+// Every port the deployment will listen on is free now: a port in use is named as such before
+// anything starts, not found later as workers that never became healthy.
+absl::Status CheckPortsFree(const DeployConfig& c) {
+  struct Listener {
+    const char* what;
+    std::string host;
+    int port;
+  };
+  const Listener listeners[] = {{"[router] port", c.router.host, c.router.port},
+                                {"[router] grpc_port", c.router.host, c.router.grpc_port},
+                                {"[prefill] port", "127.0.0.1", c.prefill.port},
+                                {"[decode] port", "127.0.0.1", c.decode.port}};
+  for (const Listener& l : listeners) {
+    if (l.port == 0) continue;
+    if (absl::Status s = ProbeListen(l.host, l.port); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(l.what, ": ", s.message()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::vector<std::string> PhaseArgs(const DeployConfig& c, const PhaseConfig& p,
@@ -158,6 +184,8 @@ std::vector<ChildSpec> Children(const DeployConfig& c, const std::string& log_le
   if (!c.served_model_name.empty()) {
     router.argv.insert(router.argv.end(), {"--served-model-name", c.served_model_name});
   }
+  // Only when on, so the compose files' router command lines (which run without) stay equal.
+  if (r.special_tokens_in_content) router.argv.push_back("--special-tokens-in-content");
   // The key travels in the environment, never on a command line that `ps` shows.
   const char* key = r.api_key_env.empty() ? nullptr : std::getenv(r.api_key_env.c_str());
   if (key != nullptr && *key != '\0') router.env.push_back(absl::StrCat("DQ_API_KEY=", key));
@@ -231,6 +259,10 @@ int RunUp(const UpOptions& o) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGCHLD);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  if (absl::Status s = CheckPortsFree(*c); !s.ok()) {
+    std::fprintf(stderr, "dqserve up: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
   ProcessGroup group;
   int rc = 0;
   if (absl::Status s = StartAll(group, *c, o); !s.ok()) {

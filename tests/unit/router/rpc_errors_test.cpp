@@ -14,20 +14,24 @@ TEST(WorkerCallErrorTest, MapsWorkerStatusesToWhatTheClientShouldDo) {
     grpc::StatusCode code;
     int http;
     const char* type;
+    const char* code_name;
   };
+  // A worker's failure is never the client's: no 499, no invalid_request_error (which the OpenAI
+  // SDK does not retry), except for what the request itself got wrong.
   const Case cases[] = {
-      {grpc::StatusCode::UNAVAILABLE, 503, "service_unavailable"},
-      {grpc::StatusCode::RESOURCE_EXHAUSTED, 503, "service_unavailable"},
-      {grpc::StatusCode::DEADLINE_EXCEEDED, 504, "server_error"},
-      {grpc::StatusCode::INVALID_ARGUMENT, 400, "invalid_request_error"},
-      {grpc::StatusCode::CANCELLED, 499, "invalid_request_error"},
-      {grpc::StatusCode::INTERNAL, 502, "bad_gateway"},
-      {grpc::StatusCode::FAILED_PRECONDITION, 502, "bad_gateway"},
+      {grpc::StatusCode::UNAVAILABLE, 503, "server_error", "worker_unavailable"},
+      {grpc::StatusCode::RESOURCE_EXHAUSTED, 503, "server_error", "worker_overloaded"},
+      {grpc::StatusCode::DEADLINE_EXCEEDED, 504, "server_error", "timeout"},
+      {grpc::StatusCode::INVALID_ARGUMENT, 400, "invalid_request_error", ""},
+      {grpc::StatusCode::CANCELLED, 502, "server_error", "worker_cancelled"},
+      {grpc::StatusCode::INTERNAL, 502, "server_error", "worker_error"},
+      {grpc::StatusCode::FAILED_PRECONDITION, 502, "server_error", "worker_error"},
   };
   for (const Case& c : cases) {
     const ApiError e = WorkerCallError("prefill worker p:1 failed", grpc::Status(c.code, "boom"));
     EXPECT_EQ(e.http_status, c.http) << c.code;
     EXPECT_EQ(e.type, c.type) << c.code;
+    EXPECT_EQ(e.code, c.code_name) << c.code;
     EXPECT_NE(e.message.find("prefill worker p:1 failed"), std::string::npos) << e.message;
     EXPECT_NE(e.message.find("boom"), std::string::npos) << e.message;
   }

@@ -2,11 +2,16 @@
 // repeat of it (worker.proto: the decode stream starts with the commit's first token). With
 // in-process gRPC fakes of both workers: a stream that starts with the committed token is
 // streamed once, token for token; one that starts with another token ends the request with a
-// 502 that says the workers disagree, instead of a wrong answer.
+// 502 that says the workers disagree, instead of a wrong answer. And the lease rule
+// (router/decode_lease.h): a request that ends on its first token never calls Decode and
+// releases its lease; one whose Decode stream fails before any response releases it too; one the
+// worker took is never released by the router.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -23,8 +28,13 @@ using std::chrono::milliseconds;
 constexpr int32_t kFirst = 5;  // the token the prefill worker commits
 
 class FakePrefill final : public v1::PrefillWorker::Service {
+ public:
+  grpc::Status fail = grpc::Status::OK;  // what Prefill answers instead of a commit
+
+ private:
   grpc::Status Prefill(grpc::ServerContext*, const v1::PrefillRequest* r,
                        v1::PrefillResponse* out) override {
+    if (!fail.ok()) return fail;
     out->set_request_id(r->request_id());
     v1::KvCommit* c = out->mutable_commit();
     c->set_lease_id(r->lease().lease_id());
@@ -34,10 +44,15 @@ class FakePrefill final : public v1::PrefillWorker::Service {
   }
 };
 
-// Streams `head` as the request's tokens, then finishes at the length limit.
+// Streams `head` as the request's tokens, then finishes at the length limit; with
+// `fail_before_response`, fails the call before writing anything. Records the lease calls.
 class FakeDecode final : public v1::DecodeWorker::Service {
  public:
   std::vector<int32_t> head;
+  bool fail_before_response = false;
+  std::atomic<int> decode_calls{0};
+  std::mutex mu;
+  std::vector<std::string> released;  // lease ids (or "request:<id>") the router released
 
  private:
   grpc::Status Reserve(grpc::ServerContext*, const v1::ReserveRequest* r,
@@ -48,6 +63,8 @@ class FakeDecode final : public v1::DecodeWorker::Service {
   }
   grpc::Status Decode(grpc::ServerContext*, const v1::DecodeRequest* r,
                       grpc::ServerWriter<v1::DecodeResponse>* w) override {
+    ++decode_calls;
+    if (fail_before_response) return grpc::Status(grpc::StatusCode::INTERNAL, "engine failed");
     v1::DecodeResponse resp;
     resp.set_request_id(r->request_id());
     for (int32_t t : head) resp.add_token_ids(t);
@@ -56,8 +73,10 @@ class FakeDecode final : public v1::DecodeWorker::Service {
     w->Write(resp);
     return grpc::Status::OK;
   }
-  grpc::Status Release(grpc::ServerContext*, const v1::ReleaseRequest*,
+  grpc::Status Release(grpc::ServerContext*, const v1::ReleaseRequest* r,
                        v1::ReleaseResponse*) override {
+    std::lock_guard lock(mu);
+    released.push_back(r->lease_id().empty() ? "request:" + r->request_id() : r->lease_id());
     return grpc::Status::OK;
   }
 };
@@ -109,13 +128,18 @@ class StreamHeadTest : public ::testing::Test {
     server_->Shutdown();
   }
 
-  // Runs one request through the fakes; `tokens` gets what the client was streamed.
-  GenerationResult Run(std::vector<int32_t>* tokens) {
+  static GenerationInput Input(std::vector<std::string> stop = {}) {
     GenerationInput in;
     in.request_id = "r";
     in.prompt_ids = {1, 2, 3};
     in.max_tokens = 3;
-    StartResult s = pipeline_->Start(std::move(in));
+    in.sampling.stop = std::move(stop);
+    return in;
+  }
+
+  // Runs one request through the fakes; `tokens` gets what the client was streamed.
+  GenerationResult Run(std::vector<int32_t>* tokens, std::vector<std::string> stop = {}) {
+    StartResult s = pipeline_->Start(Input(std::move(stop)));
     EXPECT_TRUE(s.ok()) << s.error.message;
     if (!s.ok()) return {};
     return s.request->Run([&](const Delta& d) {
@@ -154,6 +178,55 @@ TEST_F(StreamHeadTest, AStreamThatStartsWithAnotherTokenIs502) {
             std::string::npos)
       << r.error->message;
   EXPECT_EQ(tokens, (std::vector<int32_t>{kFirst}));  // nothing after the committed token
+}
+
+std::vector<std::string> Released(FakeDecode& d) {
+  std::lock_guard lock(d.mu);
+  return d.released;
+}
+
+TEST_F(StreamHeadTest, AStopStringInTheFirstTokenReleasesTheLeaseWithoutDecoding) {
+  decode_.head = {kFirst, 6, 7};
+  const std::vector<int32_t> ids = {kFirst};
+  const std::string first = model_.tokenizer.Decode(ids);
+  ASSERT_FALSE(first.empty());
+  std::vector<int32_t> tokens;
+  const GenerationResult r = Run(&tokens, {first});
+  EXPECT_FALSE(r.error.has_value()) << r.error->message;
+  EXPECT_EQ(r.outcome, Outcome::kStop);
+  EXPECT_EQ(r.matched_stop, first);
+  EXPECT_EQ(decode_.decode_calls.load(), 0);
+  EXPECT_EQ(Released(decode_), (std::vector<std::string>{"lease-1"}));
+}
+
+TEST_F(StreamHeadTest, ADecodeCallThatFailsBeforeAnyResponseReleasesTheLease) {
+  decode_.fail_before_response = true;
+  std::vector<int32_t> tokens;
+  const GenerationResult r = Run(&tokens);
+  EXPECT_EQ(r.outcome, Outcome::kError);
+  EXPECT_EQ(decode_.decode_calls.load(), 1);
+  EXPECT_EQ(Released(decode_), (std::vector<std::string>{"lease-1"}));
+}
+
+TEST_F(StreamHeadTest, ALeaseTheWorkerTookIsNotReleasedByTheRouter) {
+  decode_.head = {kFirst, 6, 7};
+  std::vector<int32_t> tokens;
+  const GenerationResult r = Run(&tokens);
+  EXPECT_FALSE(r.error.has_value()) << r.error->message;
+  EXPECT_EQ(decode_.decode_calls.load(), 1);
+  EXPECT_TRUE(Released(decode_).empty());
+}
+
+// A worker that ends the call itself is the server's failure: 5xx server_error, which clients
+// retry, not the 499 invalid_request_error that blames the client.
+TEST_F(StreamHeadTest, APrefillWorkerThatCancelsIsAServerErrorAndTheLeaseIsReleased) {
+  prefill_.fail = grpc::Status(grpc::StatusCode::CANCELLED, "shutting down");
+  const StartResult s = pipeline_->Start(Input());
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error.http_status, 502);
+  EXPECT_EQ(s.error.type, "server_error");
+  EXPECT_EQ(s.error.code, "worker_cancelled");
+  EXPECT_EQ(Released(decode_), (std::vector<std::string>{"lease-1"}));
 }
 
 }  // namespace
