@@ -292,10 +292,14 @@ absl::StatusOr<DeployConfig> ParseDeployConfig(std::string_view text, const std:
       DQ_RETURN_IF_ERROR(ReadPhase(t, key, key == "prefill" ? &c.prefill : &c.decode));
     } else if (key == "odp") {
       DQ_RETURN_IF_ERROR(ReadOdp(t, &c.odp));
+    } else if (key == "prefix_cache") {
+      TableReader r(t, "[prefix_cache]");
+      r.Get("enabled", &c.prefix_cache.enabled);
+      DQ_RETURN_IF_ERROR(r.Finish());
     } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat(std::string(source_name), ": unknown table [", key,
-                       "]; expected [router], [transfer], [prefill], [decode] or [odp]"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          std::string(source_name), ": unknown table [", key,
+          "]; expected [router], [transfer], [prefill], [decode], [odp] or [prefix_cache]"));
     }
   }
   c.model = Resolve(base_dir, c.model);

@@ -17,6 +17,8 @@
 //              prompt KV); batch_invariant (GPU decode steps independent of their batch-mates)
 //   odp = true, or an [odp] table: crossover_tokens, slots, source ("disk" | "host"), image_dir
 //              (offloaded disaggregated prefill on one GPU, docs/odp.md)
+//   [prefix_cache] enabled (the prefill worker keeps finished prompts' full KV blocks and
+//              computes only what a later prompt does not share with them; docs/serving.md)
 //
 // Unknown tables or keys are errors (a typo must not silently fall back to a default).
 #pragma once
@@ -89,6 +91,11 @@ struct OdpConfig {
   std::string image_dir;        // where the image file goes; empty: the system temp folder
 };
 
+// Prefix caching (docs/serving.md, "Prefix caching"). On the prefill worker for now.
+struct PrefixCacheConfig {
+  bool enabled = false;
+};
+
 struct DeployConfig {
   std::string model;
   std::string served_model_name;  // empty: the model file/folder name
@@ -97,6 +104,7 @@ struct DeployConfig {
   PhaseConfig prefill;
   PhaseConfig decode;
   OdpConfig odp;
+  PrefixCacheConfig prefix_cache;
 };
 
 // Parses TOML text; relative paths are resolved against `base_dir` (empty: kept as given).

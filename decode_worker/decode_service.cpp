@@ -8,18 +8,14 @@
 #include "common/logging.h"
 #include "worker_common/proto_convert.h"
 #include "worker_common/worker_identity.h"
+#include "worker_common/worker_status.h"
 
 namespace dq::decode {
 namespace v1 = dqserve::v1;
 using std::chrono::milliseconds;
+using worker::ToGrpc;
 
 namespace {
-
-grpc::Status ToGrpc(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  // absl and gRPC share their canonical code numbering.
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
 
 int64_t UnixNowMs() {
   return std::chrono::duration_cast<milliseconds>(

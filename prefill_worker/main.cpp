@@ -69,6 +69,9 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "most prompt tokens per forward pass; longer prompts are chunked")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_flag("--prefix-cache", f.server.prefix_cache,
+               "keep finished prompts' full KV blocks in the local pool (evicted least recently "
+               "used first) and compute only what a later prompt does not share with them");
   app.add_option("--kv-capacity", f.kv_capacity,
                  "local KV pool size in tokens (default: 2 x context, at least the budget)")
       ->check(CLI::NonNegativeNumber);

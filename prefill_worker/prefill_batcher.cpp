@@ -7,6 +7,7 @@
 #include "engine/sampler/sampler.h"
 #include "prefill_worker/kv_stager.h"
 #include "worker_common/proto_convert.h"
+#include "worker_common/worker_status.h"
 
 namespace dq::prefill {
 
@@ -50,6 +51,8 @@ PrefillLoad PrefillBatcher::load() const {
   l.total_kv_blocks = runner_.kv_pool().options().num_blocks;
   l.running = running_;
   l.queued = queued_;
+  std::lock_guard lock(stats_mu_);
+  l.prefix = prefix_stats_;
   return l;
 }
 
@@ -125,8 +128,8 @@ std::vector<PrefillBatcher::Step> PrefillBatcher::FormBatch() {
     }
     staged_blocks += blocks;
     if (!j->started) {
-      if (!pool.can_allocate(pool.BlocksFor(n))) break;
-      pool.extend(j->kv, n);
+      if (!StartJob(*j)) break;
+      chunk = std::min(chunk, n - j->done_tokens);
       if (j->drafter_writer) {
         // Sized like the target's pool, so it fits whenever the target's does.
         KvBlockPool& dpool = options_.drafter->kv_pool();
@@ -147,6 +150,25 @@ std::vector<PrefillBatcher::Step> PrefillBatcher::FormBatch() {
   return steps;
 }
 
+bool PrefillBatcher::StartJob(PrefillJob& job) {
+  KvBlockPool& pool = runner_.kv_pool();
+  const int n = static_cast<int>(job.prompt.size());
+  std::vector<int32_t> cached;
+  if (options_.prefix_cache && stager_.max_blocks() == 0 && !job.prompt_logprobs &&
+      !job.drafter_writer) {
+    cached = pool.AcquirePrefix(std::span<const int32_t>(job.prompt.data(), n - 1));
+  }
+  if (!pool.can_allocate(pool.BlocksFor(n) - static_cast<int>(cached.size()))) {
+    pool.free(cached);
+    return false;
+  }
+  job.kv.blocks = std::move(cached);
+  job.kv.num_tokens = static_cast<int>(job.kv.blocks.size()) * pool.block_size();
+  pool.extend(job.kv, n);
+  job.done_tokens = job.cached_tokens = job.kv.num_tokens;
+  return true;
+}
+
 void PrefillBatcher::RunBatch(const std::vector<Step>& steps) {
   const int bs = runner_.kv_pool().block_size();
   Batch batch{Phase::kPrefill, {}};
@@ -156,8 +178,11 @@ void PrefillBatcher::RunBatch(const std::vector<Step>& steps) {
   }
   std::vector<KvStager::Span> spans;
   for (const Step& s : steps) {
+    // A job's first chunk after a cached prefix ships the cached blocks too: the decode lease
+    // needs the whole prompt's KV.
+    const int first = s.start == s.job->cached_tokens ? 0 : s.start / bs;
     spans.push_back(
-        {s.job->writer.get(), s.start / bs, (s.start + s.count + bs - 1) / bs, s.job->kv.blocks});
+        {s.job->writer.get(), first, (s.start + s.count + bs - 1) / bs, s.job->kv.blocks});
   }
   stager_.Begin(std::move(spans));
   ForwardHooks hooks;
@@ -190,7 +215,7 @@ void PrefillBatcher::RunBatch(const std::vector<Step>& steps) {
       continue;
     }
     if (!sent.ok()) {
-      Finish(job, sent);
+      Finish(job, worker::WithFailureReason(sent, dqserve::v1::FAILURE_REASON_KV_TRANSFER));
       continue;
     }
     job->done_tokens += steps[i].count;
@@ -266,6 +291,8 @@ void PrefillBatcher::Complete(PrefillJob& job, const Batch& batch, const BatchLo
 
 void PrefillBatcher::Finish(PrefillJob* job, absl::Status status) {
   if (job->started) {
+    // A prompt prefilled to the end leaves its full blocks for the next prompt that starts so.
+    if (options_.prefix_cache && status.ok()) runner_.kv_pool().Publish(job->kv, job->prompt);
     runner_.kv_pool().release(job->kv);
     --running_;
   } else {
@@ -273,6 +300,7 @@ void PrefillBatcher::Finish(PrefillJob* job, absl::Status status) {
   }
   PublishLoad();  // before the caller hears back, so its next Health sees the blocks free
   job->result.compute_ms = job->compute_ms;
+  job->result.cached_tokens = job->cached_tokens;
   job->result.transfer_wait_ms = job->transfer_wait_ms;
   if (job->writer) {
     job->result.transfer_ms = job->writer->transfer_ms();
@@ -296,6 +324,10 @@ void PrefillBatcher::Finish(PrefillJob* job, absl::Status status) {
   job->cv.notify_all();
 }
 
-void PrefillBatcher::PublishLoad() { free_blocks_ = runner_.kv_pool().num_free_blocks(); }
+void PrefillBatcher::PublishLoad() {
+  free_blocks_ = runner_.kv_pool().num_free_blocks();
+  std::lock_guard lock(stats_mu_);
+  prefix_stats_ = runner_.kv_pool().prefix_stats();
+}
 
 }  // namespace dq::prefill

@@ -32,6 +32,12 @@ struct PrefillBatcherOptions {
   // the drafter, its KV shipped by the drafter's stager as the target's is by the batcher's.
   // Must outlive the batcher.
   DrafterPrefill* drafter = nullptr;
+  // Prefix caching: a finished prompt's full KV blocks stay in the pool under the hash chain of
+  // their tokens (kv_block_pool.h), and a later prompt with the same leading blocks computes
+  // only the rest; the whole prompt's KV is still shipped to the decode lease. Not for jobs that
+  // need every position's logits (prompt logprobs) or ship drafter KV, nor with a staging arena
+  // (device KV through host staging), whose size the shipped cached blocks could exceed.
+  bool prefix_cache = false;
 };
 
 struct PrefillLoad {
@@ -39,6 +45,7 @@ struct PrefillLoad {
   int total_kv_blocks = 0;
   int running = 0;  // started, not finished
   int queued = 0;   // waiting for their first chunk
+  PrefixCacheStats prefix;
 };
 
 class PrefillBatcher {
@@ -73,6 +80,9 @@ class PrefillBatcher {
   void DropCancelled();
   // Picks this iteration's chunks (allocating local blocks for jobs that start now).
   std::vector<Step> FormBatch();
+  // Gives a starting job its blocks: the cached prefix (at most all but the last prompt token,
+  // whose logits must be computed) and fresh ones for the rest. False when the pool is full.
+  bool StartJob(PrefillJob& job);
   void RunBatch(const std::vector<Step>& steps);
   // The drafter's pass over the steps whose job ships drafter KV; its error drops the drafter
   // part of those jobs (they still complete: the decode worker then computes it).
@@ -99,6 +109,8 @@ class PrefillBatcher {
   std::deque<std::shared_ptr<PrefillJob>> jobs_;  // engine thread only, FIFO
 
   std::atomic<int> free_blocks_{0};
+  mutable std::mutex stats_mu_;
+  PrefixCacheStats prefix_stats_;  // under stats_mu_
   std::atomic<int> running_{0};
   std::atomic<int> queued_{0};
   std::thread thread_;

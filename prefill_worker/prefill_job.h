@@ -30,6 +30,7 @@ struct PrefillResult {
   // part of the transfer not hidden behind compute.
   double transfer_wait_ms = 0;
   uint64_t transfer_bytes = 0;
+  int cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache (not computed)
   // The self drafter's prompt KV went into the lease's drafter part too / why it did not.
   bool drafter_kv = false;
   std::string drafter_skipped;
@@ -60,6 +61,7 @@ struct PrefillJob {
   KvSequence drafter_kv;  // the drafter's local blocks, alongside
   bool started = false;
   int done_tokens = 0;
+  int cached_tokens = 0;  // the leading done_tokens taken from the prefix cache
   double compute_ms = 0;
   double transfer_wait_ms = 0;
 

@@ -77,6 +77,7 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Start(
   DQ_RETURN_IF_ERROR(senders->Register(s->stager_->host_source(), s->stager_->device_source()));
   s->senders_ = std::move(senders);
   PrefillBatcherOptions bo{options.token_budget};
+  bo.prefix_cache = options.prefix_cache;
   if (options.drafter.enabled()) {
     DQ_ASSIGN_OR_RETURN(s->drafter_, CreateDrafter(*s->model_, options, so, arena_blocks));
     bo.drafter = s->drafter_.get();

@@ -24,6 +24,9 @@ struct PrefillServerOptions {
   int port = 0;  // 0: pick a free one (see PrefillServer::port)
   std::vector<std::string> transports = {"tcp"};
   int token_budget = 2048;
+  // Keep finished prompts' full KV blocks for later prompts with the same prefix
+  // (PrefillBatcherOptions::prefix_cache).
+  bool prefix_cache = false;
   int io_timeout_ms = 10000;
   // A device KV cache ships through a staging arena of a budget's blocks + 1 + this many
   // (kv_stager.h); an iteration writes at most that many blocks.

@@ -6,14 +6,10 @@
 #include "common/logging.h"
 #include "worker_common/proto_convert.h"
 #include "worker_common/worker_identity.h"
+#include "worker_common/worker_status.h"
 
 namespace dq::prefill {
 namespace v1 = dqserve::v1;
-
-grpc::Status ToGrpc(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
 
 namespace {
 
@@ -103,7 +99,9 @@ absl::StatusOr<std::shared_ptr<PrefillJob>> PrefillService::MakeJob(
     const grpc::ServerContext& context, const v1::PrefillRequest& request) {
   DQ_RETURN_IF_ERROR(CheckPrompt(request));
   if (!request.has_lease()) return absl::InvalidArgumentError("the request has no KV lease");
-  DQ_RETURN_IF_ERROR(CheckLease(request.lease()));
+  if (absl::Status lease = CheckLease(request.lease()); !lease.ok()) {
+    return worker::WithFailureReason(std::move(lease), v1::FAILURE_REASON_KV_TRANSFER);
+  }
   const ModelConfig& c = model_.runner->config();
   const int n = request.prompt_token_ids_size();
   auto job = std::make_shared<PrefillJob>();
@@ -120,9 +118,17 @@ absl::StatusOr<std::shared_ptr<PrefillJob>> PrefillService::MakeJob(
   }
   // CheckLease found the sender; its sources' layout gives the local offsets.
   KvSender* sender = senders_.Find(request.lease().endpoint().transport());
-  DQ_ASSIGN_OR_RETURN(LeasePlan plan, LeasePlan::Create(request.lease(), n, sender->geometry));
-  DQ_ASSIGN_OR_RETURN(job->writer, LeaseWriter::Create(*sender, std::move(plan), request.lease(),
-                                                       options_.io_timeout_ms));
+  // The lease's regions do not fit this prompt, or its endpoint cannot be reached.
+  absl::StatusOr<LeasePlan> plan = LeasePlan::Create(request.lease(), n, sender->geometry);
+  if (!plan.ok()) {
+    return worker::WithFailureReason(plan.status(), v1::FAILURE_REASON_KV_TRANSFER);
+  }
+  absl::StatusOr<std::unique_ptr<LeaseWriter>> writer =
+      LeaseWriter::Create(*sender, std::move(*plan), request.lease(), options_.io_timeout_ms);
+  if (!writer.ok()) {
+    return worker::WithFailureReason(writer.status(), v1::FAILURE_REASON_KV_TRANSFER);
+  }
+  job->writer = std::move(*writer);
   if (request.lease().has_drafter()) PrepareDrafter(request.lease(), *job);
   return job;
 }
@@ -167,7 +173,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   auto job = MakeJob(*context, *request);
   if (!job.ok()) {
     spdlog::info("prefill {}: refused: {}", id, job.status().ToString());
-    return ToGrpc(job.status());
+    return worker::ToGrpc(job.status());
   }
   spdlog::debug(
       "prefill {}: {} tokens into lease {} (set up in {:.1f} ms)", id,
@@ -182,7 +188,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   }
   if (!status.ok()) {
     spdlog::info("prefill {}: failed: {}", id, status.ToString());
-    return ToGrpc(status);
+    return worker::ToGrpc(status);
   }
   const PrefillResult& r = j.result;
   response->set_request_id(id);
@@ -197,12 +203,13 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   response->set_compute_ms(static_cast<float>(r.compute_ms));
   response->set_transfer_ms(static_cast<float>(r.transfer_ms));
   response->set_transfer_bytes(r.transfer_bytes);
+  response->set_cached_tokens(static_cast<uint32_t>(r.cached_tokens));
   for (const v1::PositionLogprobs& p : r.prompt_logprobs) *response->add_prompt_logprobs() = p;
   spdlog::debug(
       "prefill {}: done in {:.1f} ms: compute {:.1f} ms, transfer {:.1f} ms ({} bytes; {:.1f} ms "
-      "of it after the compute)",
+      "of it after the compute), {} prompt tokens from the prefix cache",
       id, std::chrono::duration<double, std::milli>(PrefillJob::Clock::now() - received).count(),
-      r.compute_ms, r.transfer_ms, r.transfer_bytes, r.transfer_wait_ms);
+      r.compute_ms, r.transfer_ms, r.transfer_bytes, r.transfer_wait_ms, r.cached_tokens);
   return grpc::Status::OK;
 }
 
@@ -224,6 +231,10 @@ grpc::Status PrefillService::Health(grpc::ServerContext*, const v1::WorkerHealth
   response->set_total_kv_blocks(load.total_kv_blocks);
   response->set_running_requests(load.running);
   response->set_queued_requests(load.queued);
+  response->set_prefix_queried_blocks(static_cast<uint64_t>(load.prefix.queried_blocks));
+  response->set_prefix_hit_blocks(static_cast<uint64_t>(load.prefix.hit_blocks));
+  response->set_prefix_evicted_blocks(static_cast<uint64_t>(load.prefix.evicted_blocks));
+  response->set_prefix_cached_blocks(static_cast<uint32_t>(load.prefix.cached_blocks));
   return grpc::Status::OK;
 }
 

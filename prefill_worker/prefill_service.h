@@ -58,7 +58,4 @@ class PrefillService final : public dqserve::v1::PrefillWorker::Service {
   dqserve::v1::WorkerIdentity identity_;  // under identity_mu_
 };
 
-// absl -> gRPC status (same code, same message).
-grpc::Status ToGrpc(const absl::Status& s);
-
 }  // namespace dq::prefill

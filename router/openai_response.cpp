@@ -68,6 +68,7 @@ ojson UsageJson(const Usage& usage) {
   u["prompt_tokens"] = usage.prompt_tokens;
   u["completion_tokens"] = usage.completion_tokens;
   u["total_tokens"] = int64_t{usage.prompt_tokens} + usage.completion_tokens;
+  u["prompt_tokens_details"] = ojson{{"cached_tokens", usage.cached_tokens}};
   if (const auto& spec = usage.speculative) {
     ojson sp;
     sp["steps"] = spec->steps;

@@ -61,6 +61,7 @@ struct Usage {
   int prompt_tokens = 0;
   int completion_tokens = 0;
   std::optional<SpecUsage> speculative;  // set when the decode worker drafted for the request
+  int cached_tokens = 0;  // of prompt_tokens, served from a prefix cache (OpenAI's details)
 };
 
 struct LogprobCandidate {

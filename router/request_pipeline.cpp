@@ -316,7 +316,7 @@ std::optional<ApiError> RequestPipeline::Prefill(ActiveRequest& r, const WorkerH
     // stalled, or its lease expired), not the prefill worker that reported it, and not proof
     // that the decode worker is gone: marking either down here would fail other requests over
     // one bad lease. A dead decode worker is found by the health checks and its own streams.
-    const bool transfer = LooksLikeKvTransferFailure(s.error_message());
+    const bool transfer = FailureReasonOf(s) == v1::FAILURE_REASON_KV_TRANSFER;
     if (s.error_code() == grpc::StatusCode::UNAVAILABLE && !transfer) {
       registry_.MarkDown(WorkerRole::kPrefill, prefill.address(), s.error_message());
     }
@@ -336,6 +336,8 @@ std::optional<ApiError> RequestPipeline::Prefill(ActiveRequest& r, const WorkerH
   metrics_.kv_transfer_micros.fetch_add(
       static_cast<uint64_t>(std::max(0.0f, response.transfer_ms()) * 1000.0f));
   r.commit_ = response.commit();  // the lease stays open until Decode takes the commit
+  r.cached_tokens_ = static_cast<int>(response.cached_tokens());
+  metrics_.prompt_cached_tokens.fetch_add(response.cached_tokens());
   if (r.input_.prompt_logprobs) {
     const size_t want = r.input_.prompt_ids.empty() ? 0 : r.input_.prompt_ids.size() - 1;
     if (static_cast<size_t>(response.prompt_logprobs_size()) != want) {
@@ -472,7 +474,8 @@ GenerationResult ActiveRequest::Finalize(GenerationResult result, const StreamSt
     }
     if (!tail.empty() && !on_delta(tail)) result.outcome = Outcome::kCancelled;
   }
-  result.usage = Usage{static_cast<int>(input_.prompt_ids.size()), out.tokens(), std::nullopt};
+  result.usage =
+      Usage{static_cast<int>(input_.prompt_ids.size()), out.tokens(), std::nullopt, cached_tokens_};
   RouterMetrics& m = pipeline_->metrics_;
   if (st.spec.steps > 0) {
     result.usage.speculative = st.spec;

@@ -116,6 +116,7 @@ class ActiveRequest {
   dqserve::v1::SamplingParams sampling_;
   DecodeLease lease_;  // after decode_: released before the handle goes
   dqserve::v1::KvCommit commit_;
+  int cached_tokens_ = 0;  // prompt tokens the prefill worker took from its prefix cache
   std::vector<dqserve::v1::PositionLogprobs> prompt_logprobs_;
 };
 

@@ -54,6 +54,18 @@ Histogram::Snapshot QueueSnapshot(const QueueTimeHistogram& q) {
   return s;
 }
 
+// One row per live worker of a value from its last health report.
+template <typename T>
+void LiveWorkerRows(std::string& out, const char* name, const char* type, T WorkerStatus::*field,
+                    std::span<const WorkerStatus> workers) {
+  Header(out, name, type, "From the worker's last health report (live workers only).");
+  for (const WorkerStatus& w : workers) {
+    if (!w.live()) continue;
+    absl::StrAppend(&out, name, "{role=\"", std::string(WorkerRoleName(w.role)), "\",address=\"",
+                    EscapeLabelValue(w.address), "\"} ", w.*field, "\n");
+  }
+}
+
 void WorkerGauges(std::string& out, std::span<const WorkerStatus> workers) {
   Header(out, "dq_worker_up", "gauge",
          "1 when the worker is handshaken, layout-compatible and serving.");
@@ -81,18 +93,19 @@ void WorkerGauges(std::string& out, std::span<const WorkerStatus> workers) {
   }
   // KV memory as each live worker last reported it (a dead worker's numbers are stale, so they
   // are left out): lets an operator (and our tests) see blocks return after every request.
-  const std::pair<const char*, uint32_t WorkerStatus::*> kv[] = {
-      {"dq_worker_free_kv_blocks", &WorkerStatus::free_kv_blocks},
-      {"dq_worker_total_kv_blocks", &WorkerStatus::total_kv_blocks},
-      {"dq_worker_open_leases", &WorkerStatus::open_leases}};
-  for (const auto& [name, field] : kv) {
-    Header(out, name, "gauge", "From the worker's last health report (live workers only).");
-    for (const WorkerStatus& w : workers) {
-      if (!w.live()) continue;
-      absl::StrAppend(&out, name, "{role=\"", std::string(WorkerRoleName(w.role)), "\",address=\"",
-                      EscapeLabelValue(w.address), "\"} ", w.*field, "\n");
-    }
-  }
+  LiveWorkerRows(out, "dq_worker_free_kv_blocks", "gauge", &WorkerStatus::free_kv_blocks, workers);
+  LiveWorkerRows(out, "dq_worker_total_kv_blocks", "gauge", &WorkerStatus::total_kv_blocks,
+                 workers);
+  LiveWorkerRows(out, "dq_worker_open_leases", "gauge", &WorkerStatus::open_leases, workers);
+  // The prefix cache: blocks cached now, and lookups, hits and evictions since the worker started.
+  LiveWorkerRows(out, "dq_worker_prefix_cached_blocks", "gauge",
+                 &WorkerStatus::prefix_cached_blocks, workers);
+  LiveWorkerRows(out, "dq_worker_prefix_queried_blocks_total", "counter",
+                 &WorkerStatus::prefix_queried_blocks, workers);
+  LiveWorkerRows(out, "dq_worker_prefix_hit_blocks_total", "counter",
+                 &WorkerStatus::prefix_hit_blocks, workers);
+  LiveWorkerRows(out, "dq_worker_prefix_evicted_blocks_total", "counter",
+                 &WorkerStatus::prefix_evicted_blocks, workers);
 }
 
 }  // namespace
@@ -162,6 +175,9 @@ std::string RenderMetrics(const RouterMetrics& m, const SchedulerCounters& sched
   }
   Scalar(out, "dq_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",
          static_cast<double>(m.prompt_tokens.load()));
+  Scalar(out, "dq_prompt_cached_tokens_total", "counter",
+         "Prompt tokens whose KV a prefill worker took from its prefix cache.",
+         static_cast<double>(m.prompt_cached_tokens.load()));
   Scalar(out, "dq_generation_tokens_total", "counter", "Tokens generated.",
          static_cast<double>(m.generation_tokens.load()));
   Scalar(out, "dq_kv_transfer_bytes_total", "counter",

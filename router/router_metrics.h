@@ -58,6 +58,7 @@ struct RouterMetrics {
   Histogram time_per_output_token;  // seconds, mean over a request's tokens after the first
   std::array<std::atomic<uint64_t>, kNumOutcomes> requests{};
   std::atomic<uint64_t> prompt_tokens{0};
+  std::atomic<uint64_t> prompt_cached_tokens{0};  // of which a prefill worker's prefix cache had
   std::atomic<uint64_t> generation_tokens{0};
   std::atomic<uint64_t> kv_transfer_bytes{0};
   std::atomic<uint64_t> kv_transfer_micros{0};

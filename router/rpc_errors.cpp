@@ -8,6 +8,14 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
+dqserve::v1::FailureReason FailureReasonOf(const grpc::Status& status) {
+  dqserve::v1::WorkerFailure failure;
+  if (status.error_details().empty() || !failure.ParseFromString(status.error_details())) {
+    return dqserve::v1::FAILURE_REASON_UNSPECIFIED;
+  }
+  return failure.reason();
+}
+
 ApiError WorkerCallError(std::string_view what, const grpc::Status& status) {
   // A worker's failure is the server's, whatever its code: "server_error", so that clients (the
   // OpenAI SDK retries 5xx) neither blame the request nor give up on it. The router's own

@@ -9,12 +9,17 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "dqserve/v1/worker.pb.h"
 #include "router/api_error.h"
 
 namespace dq::router {
 
 // The same code and message as an absl::Status (gRPC and absl share the canonical codes).
 absl::Status FromGrpcStatus(const grpc::Status& status);
+
+// Why a worker's call failed, from the status's details (worker_common/worker_status.h);
+// FAILURE_REASON_UNSPECIFIED when it sent none.
+dqserve::v1::FailureReason FailureReasonOf(const grpc::Status& status);
 
 // What the client sees when a call to a worker failed. `what` says which step failed, e.g.
 // "prefill worker 10.0.0.2:7001 failed". Type server_error for every 5xx, with a code:

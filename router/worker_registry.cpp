@@ -282,6 +282,10 @@ void WorkerRegistry::ApplyHealth(WorkerRole role, size_t index,
       st.free_kv_blocks = response->free_kv_blocks();
       st.total_kv_blocks = response->total_kv_blocks();
       st.open_leases = response->open_leases();
+      st.prefix_cached_blocks = response->prefix_cached_blocks();
+      st.prefix_queried_blocks = response->prefix_queried_blocks();
+      st.prefix_hit_blocks = response->prefix_hit_blocks();
+      st.prefix_evicted_blocks = response->prefix_evicted_blocks();
       const v1::WorkerIdentity& id = response->identity();
       const bool identity_changed =
           response->has_identity() &&

@@ -48,6 +48,10 @@ struct WorkerStatus {
   uint32_t free_kv_blocks = 0;  // from the last Health
   uint32_t total_kv_blocks = 0;
   uint32_t open_leases = 0;
+  uint32_t prefix_cached_blocks = 0;  // prefix cache, from the last Health
+  uint64_t prefix_queried_blocks = 0;
+  uint64_t prefix_hit_blocks = 0;
+  uint64_t prefix_evicted_blocks = 0;
   int router_in_flight = 0;      // requests this router has on it now
   int consecutive_failures = 0;  // health probes failed in a row
 

@@ -2,8 +2,6 @@
 
 #include <random>
 
-#include "absl/strings/ascii.h"
-
 namespace dq::router {
 
 dqserve::v1::SamplingParams ToWireSampling(const SamplingOptions& s, const WireSamplingOptions& o) {
@@ -40,14 +38,6 @@ int64_t ToUnixMs(SchedulerClock::time_point deadline) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              ToSystemDeadline(deadline).time_since_epoch())
       .count();
-}
-
-bool LooksLikeKvTransferFailure(std::string_view message) {
-  const std::string m = absl::AsciiStrToLower(std::string(message));
-  for (const char* needle : {"transfer", "transport", "lease", "region"}) {
-    if (m.find(needle) != std::string::npos) return true;
-  }
-  return false;
 }
 
 }  // namespace dq::router

@@ -34,9 +34,4 @@ uint64_t SeedFor(const SamplingOptions& s);
 std::chrono::system_clock::time_point ToSystemDeadline(SchedulerClock::time_point deadline);
 int64_t ToUnixMs(SchedulerClock::time_point deadline);
 
-// Whether a failed prefill failed moving KV into the decode worker (counted in
-// dq_kv_transfer_failures_total) rather than computing: the prefill worker's messages name the
-// transfer ("kvtransfer", "KV transfer", "transport", "lease", "region").
-bool LooksLikeKvTransferFailure(std::string_view message);
-
 }  // namespace dq::router

@@ -1,9 +1,13 @@
 // Paged KV cache storage: fixed-size blocks of tokens, one region per layer for K and for V.
+// Blocks are reference-counted, and full blocks of finished prompts can be kept under the hash
+// chain of their tokens so that later sequences with the same prefix share them (prefix caching).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 namespace dq {
@@ -26,25 +30,39 @@ struct KvSequence {
   int num_tokens = 0;
 };
 
+struct PrefixCacheStats {
+  int64_t queried_blocks = 0;  // full blocks looked up by AcquirePrefix
+  int64_t hit_blocks = 0;      // of which were cached
+  int64_t evicted_blocks = 0;  // cached blocks reused for other content
+  int cached_blocks = 0;       // cached now (in use or evictable)
+};
+
 // Owns the KV memory (fp32 on the CPU backend). Block layout, per layer and for K and V
 // separately: [block_size tokens][num_kv_heads][head_dim], so a run of consecutive block ids is
 // one contiguous region per layer (what KV transfer ships).
+//
+// Every allocated block has a reference count (1 from allocate, +1 per AcquirePrefix); free()
+// drops one. A block whose count reaches 0 is free again, unless it is cached: then it keeps
+// its KV and its hash until an allocation needs it (least recently used first). Cached blocks
+// are never written again: only full blocks of a prefix are published, and truncate() un-caches
+// a block it cuts into.
 class KvBlockPool {
  public:
   explicit KvBlockPool(const KvCacheOptions& options);
 
   const KvCacheOptions& options() const { return options_; }
   int block_size() const { return options_.block_size; }
-  int num_free_blocks() const { return static_cast<int>(free_.size()); }
+  // Blocks an allocation can take now: free ones and unreferenced cached ones.
+  int num_free_blocks() const { return static_cast<int>(free_.size() + evictable_.size()); }
   // Blocks needed to hold `tokens` tokens.
   int BlocksFor(int tokens) const { return (tokens + block_size() - 1) / block_size(); }
 
   // Pure check: are `n` blocks free?
   bool can_allocate(int n) const { return n <= num_free_blocks(); }
-  // Takes `n` free blocks, lowest ids first so that a request gets few contiguous runs.
-  // Precondition: can_allocate(n).
+  // Takes `n` blocks, each with one reference: free ones first, lowest ids first so that a
+  // request gets few contiguous runs, then evicted cached ones. Precondition: can_allocate(n).
   std::vector<int32_t> allocate(int n);
-  // Returns blocks to the pool. Precondition: each was allocated and not yet freed.
+  // Drops one reference to each block. Precondition: each holds a reference.
   void free(std::span<const int32_t> blocks);
 
   // Pure check: can `seq` grow to `new_tokens` tokens with the free blocks?
@@ -58,6 +76,17 @@ class KvBlockPool {
   void truncate(KvSequence& seq, int tokens);
   // Frees all of `seq`'s blocks and empties it.
   void release(KvSequence& seq);
+
+  // Prefix caching. Pure check: how many leading full blocks of `tokens` are cached.
+  int CachedPrefixBlocks(std::span<const int32_t> tokens) const;
+  // Takes a reference to each cached leading full block of `tokens` and returns them in token
+  // order (counted in prefix_stats()). Their KV is that of those tokens at those positions.
+  std::vector<int32_t> AcquirePrefix(std::span<const int32_t> tokens);
+  // Caches `seq`'s full blocks, whose KV is final and holds `tokens` from position 0. A block
+  // whose content another block already caches stays uncached (and is freed as usual).
+  void Publish(const KvSequence& seq, std::span<const int32_t> tokens);
+  int refcount(int32_t block) const { return refs_[block]; }
+  PrefixCacheStats prefix_stats() const;
 
   // Start of a token's K or V vector for `head` (num_kv_heads * head_dim floats per token).
   float* key(int layer, int32_t block, int slot) { return At(keys_, layer, block, slot); }
@@ -90,10 +119,27 @@ class KvBlockPool {
   float* At(std::vector<float>& v, int layer, int32_t block, int slot) const;
   const float* At(const std::vector<float>& v, int layer, int32_t block, int slot) const;
 
+  struct Cached {
+    uint64_t hash = 0;
+    uint64_t tick = 0;  // key in evictable_ while unreferenced
+    std::vector<int32_t> tokens;
+  };
+  // The chain hash of each leading full block of `tokens`.
+  std::vector<uint64_t> ChainHashes(std::span<const int32_t> tokens) const;
+  // The cached block holding `tokens` (one block's) under `hash`, or -1.
+  int32_t FindCached(uint64_t hash, std::span<const int32_t> tokens) const;
+  void Uncache(int32_t block);
+
   KvCacheOptions options_;
   std::vector<float> keys_;
   std::vector<float> values_;
-  std::set<int32_t> free_;
+  std::set<int32_t> free_;  // unreferenced and uncached
+  std::vector<int32_t> refs_;
+  std::unordered_map<int32_t, Cached> cached_;     // by block id
+  std::unordered_map<uint64_t, int32_t> by_hash_;  // chain hash -> block
+  std::map<uint64_t, int32_t> evictable_;  // cached, unreferenced: tick -> block (LRU first)
+  uint64_t tick_ = 0;
+  PrefixCacheStats stats_;
 };
 
 }  // namespace dq

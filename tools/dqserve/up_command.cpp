@@ -149,6 +149,7 @@ std::vector<ChildSpec> Children(const DeployConfig& c, const std::string& log_le
       {"--transports", c.transfer.backend, "--token-budget", std::to_string(c.prefill.token_budget),
        "--io-timeout-ms", std::to_string(c.transfer.io_timeout_ms)});
   for (auto& s : OdpArgs(c)) prefill.argv.push_back(s);
+  if (c.prefix_cache.enabled) prefill.argv.push_back("--prefix-cache");
   // Only when on, as --batch-invariant (the compose files run without).
   if (c.prefill.attention != "bf16") {
     prefill.argv.insert(prefill.argv.end(), {"--attention", c.prefill.attention});

@@ -18,11 +18,12 @@ const std::string kReplacement = "\xEF\xBF\xBD";  // U+FFFD
 
 TEST(OpenAiResponseTest, ChatCompletion) {
   ChatChoice choice{"Hello!", FinishReason::kStop, std::nullopt};
-  EXPECT_EQ(ChatCompletionJson(kChatHeader, choice, {5, 2}),
-            R"({"id":"chatcmpl-abc","object":"chat.completion","created":1700000000,"model":"m",)"
-            R"("choices":[{"index":0,"message":{"role":"assistant","content":"Hello!"},)"
-            R"("logprobs":null,"finish_reason":"stop"}],)"
-            R"("usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}})");
+  EXPECT_EQ(
+      ChatCompletionJson(kChatHeader, choice, {5, 2}),
+      R"({"id":"chatcmpl-abc","object":"chat.completion","created":1700000000,"model":"m",)"
+      R"("choices":[{"index":0,"message":{"role":"assistant","content":"Hello!"},)"
+      R"("logprobs":null,"finish_reason":"stop"}],)"
+      R"("usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7,"prompt_tokens_details":{"cached_tokens":0}}})");
 }
 
 TEST(OpenAiResponseTest, UsageCarriesSpeculationCounters) {
@@ -30,9 +31,12 @@ TEST(OpenAiResponseTest, UsageCarriesSpeculationCounters) {
   Usage usage{5, 9, SpecUsage{4, 12, 6}};
   const std::string j = ChatCompletionJson(kChatHeader, choice, usage);
   // Acceptance length: (accepted + steps) / steps = (6 + 4) / 4.
-  EXPECT_NE(j.find(R"("total_tokens":14,"speculative":{"steps":4,"drafted_tokens":12,)"
-                   R"("accepted_tokens":6,"acceptance_rate":0.5,"acceptance_length":2.5}})"),
-            std::string::npos)
+  EXPECT_NE(
+      j.find(
+          R"("total_tokens":14,"prompt_tokens_details":{"cached_tokens":0},"speculative":{"steps":4,)"
+          R"("drafted_tokens":12,)"
+          R"("accepted_tokens":6,"acceptance_rate":0.5,"acceptance_length":2.5}})"),
+      std::string::npos)
       << j;
 }
 
@@ -44,18 +48,19 @@ TEST(OpenAiResponseTest, ChatCompletionWithLogprobs) {
                         {"\xC3", -0.1f, {}},
                     }};
   choice.content = "Hel";
-  EXPECT_EQ(ChatCompletionJson(kChatHeader, choice, {3, 2}),
-            R"({"id":"chatcmpl-abc","object":"chat.completion","created":1700000000,"model":"m",)"
-            R"("choices":[{"index":0,"message":{"role":"assistant","content":"Hel"},)"
-            R"("logprobs":{"content":[)"
-            R"({"token":"Hel","logprob":-0.25,"bytes":[72,101,108],"top_logprobs":[)"
-            R"({"token":"Hel","logprob":-0.25,"bytes":[72,101,108]},)"
-            R"({"token":"Hi","logprob":-1.5,"bytes":[72,105]}]},)"
-            R"({"token":")" +
-                kReplacement +
-                R"(","logprob":-0.1,"bytes":[195],"top_logprobs":[]}]},)"
-                R"("finish_reason":"length"}],)"
-                R"("usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}})");
+  EXPECT_EQ(
+      ChatCompletionJson(kChatHeader, choice, {3, 2}),
+      R"({"id":"chatcmpl-abc","object":"chat.completion","created":1700000000,"model":"m",)"
+      R"("choices":[{"index":0,"message":{"role":"assistant","content":"Hel"},)"
+      R"("logprobs":{"content":[)"
+      R"({"token":"Hel","logprob":-0.25,"bytes":[72,101,108],"top_logprobs":[)"
+      R"({"token":"Hel","logprob":-0.25,"bytes":[72,101,108]},)"
+      R"({"token":"Hi","logprob":-1.5,"bytes":[72,105]}]},)"
+      R"({"token":")" +
+          kReplacement +
+          R"(","logprob":-0.1,"bytes":[195],"top_logprobs":[]}]},)"
+          R"("finish_reason":"length"}],)"
+          R"("usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5,"prompt_tokens_details":{"cached_tokens":0}}})");
 }
 
 TEST(OpenAiResponseTest, MinusInfinityBecomesMinus9999) {
@@ -70,11 +75,12 @@ TEST(OpenAiResponseTest, MinusInfinityBecomesMinus9999) {
 
 TEST(OpenAiResponseTest, Completion) {
   CompletionChoice choice{" sat on the mat", FinishReason::kStop, std::nullopt};
-  EXPECT_EQ(CompletionJson(kTextHeader, choice, {2, 4}),
-            R"({"id":"cmpl-xyz","object":"text_completion","created":1700000000,"model":"m",)"
-            R"("choices":[{"index":0,"text":" sat on the mat","logprobs":null,)"
-            R"("finish_reason":"stop"}],)"
-            R"("usage":{"prompt_tokens":2,"completion_tokens":4,"total_tokens":6}})");
+  EXPECT_EQ(
+      CompletionJson(kTextHeader, choice, {2, 4}),
+      R"({"id":"cmpl-xyz","object":"text_completion","created":1700000000,"model":"m",)"
+      R"("choices":[{"index":0,"text":" sat on the mat","logprobs":null,)"
+      R"("finish_reason":"stop"}],)"
+      R"("usage":{"prompt_tokens":2,"completion_tokens":4,"total_tokens":6,"prompt_tokens_details":{"cached_tokens":0}}})");
 }
 
 // echo + logprobs: the prompt's tokens first (the first one has no logprob), then the
@@ -87,14 +93,15 @@ CompletionChoice EchoedChoice() {
 }
 
 TEST(OpenAiResponseTest, CompletionWithEchoedPromptLogprobs) {
-  EXPECT_EQ(CompletionJson(kTextHeader, EchoedChoice(), {2, 1}),
-            R"({"id":"cmpl-xyz","object":"text_completion","created":1700000000,"model":"m",)"
-            R"("choices":[{"index":0,"text":"The cat sat","logprobs":{)"
-            R"("text_offset":[0,3,7],"token_logprobs":[null,-2.5,-0.75],)"
-            R"("tokens":["The"," cat"," sat"],)"
-            R"("top_logprobs":[null,{" dog":-1.0," cat":-2.5},{" sat":-0.75}]},)"
-            R"("finish_reason":"length"}],)"
-            R"("usage":{"prompt_tokens":2,"completion_tokens":1,"total_tokens":3}})");
+  EXPECT_EQ(
+      CompletionJson(kTextHeader, EchoedChoice(), {2, 1}),
+      R"({"id":"cmpl-xyz","object":"text_completion","created":1700000000,"model":"m",)"
+      R"("choices":[{"index":0,"text":"The cat sat","logprobs":{)"
+      R"("text_offset":[0,3,7],"token_logprobs":[null,-2.5,-0.75],)"
+      R"("tokens":["The"," cat"," sat"],)"
+      R"("top_logprobs":[null,{" dog":-1.0," cat":-2.5},{" sat":-0.75}]},)"
+      R"("finish_reason":"length"}],)"
+      R"("usage":{"prompt_tokens":2,"completion_tokens":1,"total_tokens":3,"prompt_tokens_details":{"cached_tokens":0}}})");
 }
 
 // What lm-evaluation-harness's LocalCompletionsAPI.parse_logprobs computes from the body.
@@ -152,7 +159,7 @@ TEST(OpenAiResponseTest, ChatStream) {
                    "\n\n");
   EXPECT_EQ(s.UsageChunk({3, 1}),
             head + R"("choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1,)"
-                   R"("total_tokens":4}})"
+                   R"("total_tokens":4,"prompt_tokens_details":{"cached_tokens":0}}})"
                    "\n\n");
   EXPECT_EQ(SseDone(), "data: [DONE]\n\n");
 }
@@ -203,7 +210,7 @@ TEST(OpenAiResponseTest, CompletionStreamUsageChunk) {
   EXPECT_EQ(s.UsageChunk({4, 1}),
             R"(data: {"id":"cmpl-xyz","object":"text_completion","created":1700000000,)"
             R"("model":"m","choices":[],"usage":{"prompt_tokens":4,"completion_tokens":1,)"
-            R"("total_tokens":5}})"
+            R"("total_tokens":5,"prompt_tokens_details":{"cached_tokens":0}}})"
             "\n\n");
 }
 

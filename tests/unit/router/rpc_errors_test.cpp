@@ -91,10 +91,18 @@ TEST(SeedForTest, KeepsTheClientsSeedAndDrawsAFreshOneOtherwise) {
   EXPECT_EQ(drawn.size(), 8u);
 }
 
-TEST(KvTransferFailureTest, RecognisesTransferErrorsOnly) {
-  EXPECT_TRUE(LooksLikeKvTransferFailure("kvtransfer tcp: connection reset while writing layer 3"));
-  EXPECT_TRUE(LooksLikeKvTransferFailure("lease L7 expired before the prefill finished"));
-  EXPECT_FALSE(LooksLikeKvTransferFailure("prompt has 9000 tokens; context is 8192"));
+// The reason travels as the status's details, whatever the message says.
+TEST(FailureReasonTest, ComesFromTheDetailsNotTheMessage) {
+  dqserve::v1::WorkerFailure f;
+  f.set_reason(dqserve::v1::FAILURE_REASON_KV_TRANSFER);
+  EXPECT_EQ(
+      FailureReasonOf(grpc::Status(grpc::StatusCode::UNAVAILABLE, "boom", f.SerializeAsString())),
+      dqserve::v1::FAILURE_REASON_KV_TRANSFER);
+  EXPECT_EQ(FailureReasonOf(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                         "kvtransfer tcp: lease region transport reset")),
+            dqserve::v1::FAILURE_REASON_UNSPECIFIED);
+  EXPECT_EQ(FailureReasonOf(grpc::Status(grpc::StatusCode::INTERNAL, "x", "not a proto \xff")),
+            dqserve::v1::FAILURE_REASON_UNSPECIFIED);
 }
 
 TEST(DeadlineTest, UnixMsIsAboutNowPlusTheRemainingTime) {

@@ -229,5 +229,26 @@ TEST_F(StreamHeadTest, APrefillWorkerThatCancelsIsAServerErrorAndTheLeaseIsRelea
   EXPECT_EQ(Released(decode_), (std::vector<std::string>{"lease-1"}));
 }
 
+// A KV transfer failure (the typed reason in the status's details) is about the decode lease:
+// the prefill worker that reported it stays up; the same code without the reason marks it down.
+TEST_F(StreamHeadTest, ATypedKvTransferFailureDoesNotMarkThePrefillWorkerDown) {
+  v1::WorkerFailure f;
+  f.set_reason(v1::FAILURE_REASON_KV_TRANSFER);
+  prefill_.fail = grpc::Status(grpc::StatusCode::UNAVAILABLE, "peer reset", f.SerializeAsString());
+  StartResult s = pipeline_->Start(Input());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error.message.find("the KV transfer from prefill worker"), std::string::npos)
+      << s.error.message;
+  EXPECT_EQ(metrics_.kv_transfer_failures.load(), 1u);
+  EXPECT_TRUE(registry_->Pick(WorkerRole::kPrefill).ok());
+
+  prefill_.fail = grpc::Status(grpc::StatusCode::UNAVAILABLE, "KV transfer lease region");
+  s = pipeline_->Start(Input());
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error.message.find("the KV transfer"), std::string::npos) << s.error.message;
+  EXPECT_EQ(metrics_.kv_transfer_failures.load(), 1u);
+  EXPECT_FALSE(registry_->Pick(WorkerRole::kPrefill).ok());
+}
+
 }  // namespace
 }  // namespace dq::router
