@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/random_token.h"
 #include "common/status.h"
 
 namespace dq {
@@ -65,7 +66,9 @@ absl::StatusOr<KvLease> KvLeaseTable::Reserve(std::string_view request_id, int t
   }
   Entry entry;
   KvLease& lease = entry.lease;
-  lease.lease_id = absl::StrCat("lease-", next_lease_++);
+  // Unguessable: a lease id is what Release and Commit act on, so a peer must not derive
+  // another request's from its own.
+  lease.lease_id = absl::StrCat("lease-", RandomHex(16));
   lease.request_id = request;
   // The pool hands out the lowest free ids first, which keeps a lease in few runs.
   lease.blocks = pool_.allocate(need);

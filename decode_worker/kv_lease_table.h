@@ -139,7 +139,6 @@ class KvLeaseTable {
   FreeHook free_hook_;
 
   mutable std::mutex mu_;
-  uint64_t next_lease_ = 1;
   std::map<std::string, Entry, std::less<>> leases_;  // by lease id
   std::unordered_map<std::string, std::string> lease_by_request_;
   std::unordered_map<std::string, Ended> ended_;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <exception>
 
+#include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "router/auth_and_limits.h"
 #include "spdlog/spdlog.h"
@@ -158,7 +159,12 @@ std::string HttpServer::ModelsJson() const {
 std::string HttpServer::HealthJson(bool* ready) const {
   *ready = registry_.Ready();
   ojson workers = ojson::array();
+  ojson down = ojson::array();  // "decode worker 127.0.0.1:7001: <why>", for an operator's eye
   for (const WorkerStatus& w : registry_.Snapshot()) {
+    if (!w.live()) {
+      down.push_back(absl::StrCat(std::string(WorkerRoleName(w.role)), " worker ", w.address,
+                                  w.detail.empty() ? "" : ": ", w.detail));
+    }
     ojson j;
     j["role"] = std::string(WorkerRoleName(w.role));
     j["address"] = w.address;
@@ -173,7 +179,10 @@ std::string HttpServer::HealthJson(bool* ready) const {
   }
   const SchedulerCounters c = scheduler_.counters();
   ojson body;
-  body["status"] = *ready ? "ok" : "unavailable";
+  // ok: every worker serves; degraded: some do not, but each role has one that does (still
+  // 200: requests are routed around); unavailable (503): a role has none.
+  body["status"] = !*ready ? "unavailable" : down.empty() ? "ok" : "degraded";
+  if (!down.empty()) body["down"] = std::move(down);
   body["model"] = pipeline_.model().name;
   body["requests_running"] = c.in_flight;
   body["requests_queued"] = c.queued;

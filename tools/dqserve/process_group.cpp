@@ -118,8 +118,9 @@ std::vector<ChildExit> ProcessGroup::Reap() {
 }
 
 bool ProcessGroup::Running(const std::string& name) const {
-  for (const Child& c : children_) {
-    if (c.name == name) return c.running;
+  // The latest child of that name: a restarted one replaces the one that died.
+  for (auto it = children_.rbegin(); it != children_.rend(); ++it) {
+    if (it->name == name) return it->running;
   }
   return false;
 }

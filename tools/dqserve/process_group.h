@@ -43,7 +43,7 @@ class ProcessGroup {
 
   // Collects children that have exited since the last call (non-blocking).
   std::vector<ChildExit> Reap();
-  // Whether the named child is still running (as of the last Reap).
+  // Whether the latest child started under `name` is still running (as of the last Reap).
   bool Running(const std::string& name) const;
 
   // SIGTERM to every running child, in reverse start order; waits up to `grace` for them all

@@ -3,9 +3,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -219,8 +221,30 @@ absl::Status StartAll(ProcessGroup& group, const DeployConfig& c, const UpOption
   return absl::UnavailableError("the router did not report healthy workers within 10 s");
 }
 
-// Waits for Ctrl-C / SIGTERM (returns 0) or a child's death (returns 1).
-int Supervise(ProcessGroup& group, const sigset_t& signals) {
+// A child that dies is started again after a delay that doubles while it keeps dying soon after
+// starting: 1 s, 2 s, 4 s ... 30 s; a child that ran for a minute starts over at 1 s.
+struct Restarts {
+  using Clock = std::chrono::steady_clock;
+  int attempts = 0;
+  Clock::time_point started_at = Clock::now();
+  std::optional<Clock::time_point> due;  // dead, to be started then
+
+  std::chrono::milliseconds Died(Clock::time_point now) {
+    if (now - started_at >= std::chrono::minutes(1)) attempts = 0;
+    const std::chrono::milliseconds delay(
+        std::min<int64_t>(1000LL << std::min(attempts, 5), 30000));
+    ++attempts;
+    due = now + delay;
+    return delay;
+  }
+};
+
+// Keeps the deployment up until Ctrl-C / SIGTERM (returns 0): a dead child is reported and
+// restarted with its own command line (the same ports), while the router answers 503 for a role
+// with no live worker and /health names it; the deployment stops only when asked.
+int Supervise(ProcessGroup& group, const sigset_t& signals,
+              const std::vector<ChildSpec>& children) {
+  std::map<std::string, Restarts> restarts;
   while (true) {
     timespec tick{0, 200 * 1000 * 1000};
     const int sig = sigtimedwait(&signals, nullptr, &tick);
@@ -228,10 +252,23 @@ int Supervise(ProcessGroup& group, const sigset_t& signals) {
       std::fprintf(stderr, "dqserve: stopping (signal %d)\n", sig);
       return 0;
     }
+    const auto now = Restarts::Clock::now();
     for (const ChildExit& e : group.Reap()) {
-      std::fprintf(stderr, "dqserve: the %s process %s; stopping the deployment\n", e.name.c_str(),
-                   e.how.c_str());
-      return 1;
+      const std::chrono::milliseconds delay = restarts[e.name].Died(now);
+      std::fprintf(stderr, "dqserve: the %s process %s; restarting it in %.0f s (restart %d)\n",
+                   e.name.c_str(), e.how.c_str(), delay.count() / 1000.0,
+                   restarts[e.name].attempts);
+    }
+    for (const ChildSpec& spec : children) {
+      Restarts& r = restarts[spec.name];
+      if (!r.due || now < *r.due) continue;
+      r.due.reset();
+      r.started_at = now;
+      if (absl::Status s = group.Start(spec); !s.ok()) {
+        std::fprintf(stderr, "dqserve: cannot restart the %s process: %s\n", spec.name.c_str(),
+                     std::string(s.message()).c_str());
+        r.Died(now);
+      }
     }
   }
 }
@@ -276,7 +313,7 @@ int RunUp(const UpOptions& o) {
                  "stops\n",
                  c->model.c_str(), c->router.host.c_str(), c->router.port, c->prefill.port,
                  c->decode.port);
-    rc = Supervise(group, signals);
+    rc = Supervise(group, signals, Children(*c, o.log_level));
   }
   for (const std::string& name : group.StopAll(std::chrono::seconds(10))) {
     std::fprintf(stderr, "dqserve: the %s process did not stop in 10 s and was killed\n",

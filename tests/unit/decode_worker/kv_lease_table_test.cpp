@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,6 +51,23 @@ TEST(BlockRunsTest, SplitsIntoMaximalRuns) {
   EXPECT_THAT(ToBlockRuns({3}), ElementsAre(BlockRun{3, 1}));
   EXPECT_THAT(ToBlockRuns({0, 1, 2, 5, 6, 9}),
               ElementsAre(BlockRun{0, 3}, BlockRun{5, 2}, BlockRun{9, 1}));
+}
+
+// A lease id is the handle Release and Commit act on: 128 random bits, so that nobody derives
+// another request's lease from their own (ids used to be "lease-1", "lease-2", ...).
+TEST_F(KvLeaseTableTest, LeaseIdsAreUnguessable) {
+  std::set<std::string> ids;
+  for (int i = 0; i < 200; ++i) {
+    auto lease = table_.Reserve(absl::StrCat("req-", i), 1, milliseconds(500));
+    ASSERT_TRUE(lease.ok()) << lease.status();
+    ASSERT_EQ(lease->lease_id.size(), 6u + 32u) << lease->lease_id;
+    EXPECT_EQ(lease->lease_id.substr(0, 6), "lease-");
+    EXPECT_EQ(lease->lease_id.find_first_not_of("0123456789abcdef", 6), std::string::npos);
+    ids.insert(lease->lease_id);
+    ASSERT_TRUE(table_.Release(lease->lease_id).ok());
+  }
+  EXPECT_EQ(ids.size(), 200u);
+  EXPECT_EQ(ids.count("lease-1") + ids.count("lease-2"), 0u);
 }
 
 TEST_F(KvLeaseTableTest, ReserveCommitReleaseRestoresPool) {

@@ -78,6 +78,9 @@ TEST_F(HttpServerTest, HealthNeedsNoKeyAndIs503WithoutLiveWorkers) {
   EXPECT_EQ(body["status"], "unavailable");
   ASSERT_EQ(body["workers"].size(), 2u);
   EXPECT_EQ(body["workers"][0]["status"], "not_serving");
+  // Each worker that does not serve is named, with its role.
+  ASSERT_EQ(body["down"].size(), 2u);
+  EXPECT_NE(body["down"][0].get<std::string>().find(" worker "), std::string::npos) << body;
 }
 
 TEST_F(HttpServerTest, EverythingElseNeedsTheKey) {
