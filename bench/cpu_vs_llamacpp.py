@@ -13,22 +13,12 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import subprocess
 import time
 
 import numpy as np
 
-
-def machine():
-    cpu = "unknown"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return {"cpu": cpu, "cores": os.cpu_count(), "host": platform.node(),
-            "kernel": platform.release()}
+from machine_info import machine
 
 
 def memory_bandwidth(gib=0.5, reps=5):

@@ -313,3 +313,24 @@ def wait_until(pred, timeout, step=0.1):
             return True
         time.sleep(step)
     return pred()
+
+
+def child_pid(up, binary):
+    """The pid of the child of `dqserve up` (an Up) that runs `binary`, or None."""
+    out = subprocess.run(["ps", "--ppid", str(up.proc.pid), "-o", "pid=,args="],
+                         capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        pid, _, args = line.strip().partition(" ")
+        if os.path.basename(args.split()[0]) == binary:
+            return int(pid)
+    return None
+
+
+def health(port):
+    """GET /health: (status, parsed body), or (None, {}) when nothing answers."""
+    try:
+        status, _, raw = request("GET", port, "/health", timeout=3)
+        return status, json.loads(raw)
+    except (OSError, ValueError):
+        return None, {}
+

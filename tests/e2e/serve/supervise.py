@@ -2,34 +2,13 @@
 with SIGKILL is restarted on the same port; meanwhile /health says which worker is down and
 requests fail cleanly (503) instead of hanging; afterwards requests are served again and the KV
 blocks are back. The deployment stops only when asked (SIGINT, exit 0)."""
-import json
 import os
 import signal
-import subprocess
 import tempfile
 import time
 
-from serve_lib import (TINY, Up, chat, check, finish, ok, request, served_name, wait_until,
-                       worker_gauge)
-
-
-def child_pid(up, binary):
-    """The pid of dqserve up's child running `binary`, or None."""
-    out = subprocess.run(["ps", "--ppid", str(up.proc.pid), "-o", "pid=,args="],
-                         capture_output=True, text=True).stdout
-    for line in out.splitlines():
-        pid, _, args = line.strip().partition(" ")
-        if os.path.basename(args.split()[0]) == binary:
-            return int(pid)
-    return None
-
-
-def health(port):
-    try:
-        status, _, raw = request("GET", port, "/health", timeout=2)
-        return status, json.loads(raw)
-    except (OSError, ValueError):
-        return None, {}
+from serve_lib import (TINY, Up, chat, check, child_pid, finish, health, ok, served_name,
+                       wait_until, worker_gauge)
 
 
 def kill_and_heal(up, binary, role):

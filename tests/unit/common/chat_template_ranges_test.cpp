@@ -3,13 +3,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/chat_template.h"
 #include "nlohmann/json.hpp"
+#include "tests/unit/common/chat_golden.h"
 
 namespace dq {
 
@@ -26,14 +25,6 @@ using ::testing::ElementsAre;
 constexpr std::string_view kSmolLM2DefaultSystem =
     "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
     "Face<|im_end|>\n";
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  EXPECT_TRUE(f.good()) << "cannot open " << path;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 // The text of each content range, in order.
 std::vector<std::string> Slices(const RenderedChat& r) {
@@ -84,28 +75,21 @@ ChatRenderOptions NoGenerationPrompt() {
   return opts;
 }
 
-ChatTemplate::Kind KindOfName(const std::string& name) {
-  if (name == "smollm2") return ChatTemplate::Kind::kChatMLSmolLM2;
-  if (name == "chatml") return ChatTemplate::Kind::kChatML;
-  return ChatTemplate::Kind::kQwen3;
-}
-
 // Every golden conversation: the text is Render's (HF's) byte for byte, and every range holds
 // bytes of some message's content. For the ChatML templates, whose layout does not depend on
 // content, the ranges are exactly the non-empty contents and the rest is what the template
 // writes for the same conversation with every content emptied.
 TEST(ChatTemplateRangesTest, GoldenConversations) {
   const nlohmann::json golden = nlohmann::json::parse(
-      ReadFile(std::string(DQ_SOURCE_DIR) + "/tests/golden/chat/chat_golden.json"));
+      chat_golden::ReadFile(std::string(DQ_SOURCE_DIR) + "/tests/golden/chat/chat_golden.json"));
   int checked = 0;
   for (const auto& c : golden.at("cases")) {
     const std::string tname = c.at("template");
-    const ChatTemplate::Kind kind = KindOfName(tname);
+    const ChatTemplate::Kind kind = chat_golden::KindOf(tname);
     ChatRenderOptions opts;
     opts.add_generation_prompt = c.at("add_generation_prompt");
     opts.enable_thinking = c.at("enable_thinking");
-    std::vector<ChatMessage> messages;
-    for (const auto& m : c.at("messages")) messages.push_back({m.at("role"), m.at("content")});
+    const std::vector<ChatMessage> messages = chat_golden::Messages(c.at("messages"));
     const std::string where = tname + " / " + c.at("conversation").get<std::string>();
 
     const RenderedChat r = MustRender(kind, messages, opts);

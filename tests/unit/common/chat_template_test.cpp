@@ -2,47 +2,29 @@
 
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_replace.h"
 #include "nlohmann/json.hpp"
+#include "tests/unit/common/chat_golden.h"
 
 namespace dq {
 namespace {
 
-std::string GoldenDir() { return std::string(DQ_SOURCE_DIR) + "/tests/golden/chat/"; }
+using chat_golden::Messages;
+using chat_golden::ReadFile;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  EXPECT_TRUE(f.good()) << "cannot open " << path;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-std::vector<ChatMessage> Messages(const nlohmann::json& j) {
-  std::vector<ChatMessage> out;
-  for (const auto& m : j) out.push_back({m.at("role"), m.at("content")});
-  return out;
-}
-
-ChatTemplate::Kind KindOfFile(const std::string& name) {
-  if (name == "smollm2") return ChatTemplate::Kind::kChatMLSmolLM2;
-  if (name == "chatml") return ChatTemplate::Kind::kChatML;
-  return ChatTemplate::Kind::kQwen3;
-}
+std::string GoldenDir() { return chat_golden::Dir(); }
 
 TEST(ChatTemplateTest, RecognisesTheGoldenTemplateFiles) {
   for (const std::string name : {"smollm2", "chatml", "qwen3"}) {
     const std::string source = ReadFile(GoldenDir() + name + "_template.jinja");
     absl::StatusOr<ChatTemplate> t = ChatTemplate::FromTemplateString(source);
     ASSERT_TRUE(t.ok()) << name << ": " << t.status();
-    EXPECT_EQ(t->kind(), KindOfFile(name)) << name;
+    EXPECT_EQ(t->kind(), chat_golden::KindOf(name)) << name;
     // The embedded reference is the published text, byte for byte.
-    EXPECT_EQ(ChatTemplate::ReferenceSource(KindOfFile(name)), source) << name;
+    EXPECT_EQ(ChatTemplate::ReferenceSource(chat_golden::KindOf(name)), source) << name;
   }
 }
 
@@ -51,7 +33,7 @@ TEST(ChatTemplateTest, MatchesJinjaRenderingsByteForByte) {
   int checked = 0;
   for (const auto& c : golden.at("cases")) {
     const std::string tname = c.at("template");
-    ChatTemplate t(KindOfFile(tname));
+    ChatTemplate t(chat_golden::KindOf(tname));
     ChatRenderOptions opts;
     opts.add_generation_prompt = c.at("add_generation_prompt");
     opts.enable_thinking = c.at("enable_thinking");
