@@ -43,6 +43,18 @@ void SetSseHeaders(httplib::Response& res) {
   res.set_header("X-Accel-Buffering", "no");  // proxies must not hold events back
 }
 
+// The event stream: chunked for HTTP/1.1; an HTTP/1.0 client knows no chunked encoding, so it
+// gets the events as they come and the end of the body when the connection closes.
+void SetSseProvider(const httplib::Request& req, httplib::Response& res,
+                    httplib::ContentProviderWithoutLength provider) {
+  SetSseHeaders(res);
+  if (req.version == "HTTP/1.0") {
+    res.set_content_provider("text/event-stream", std::move(provider));
+  } else {
+    res.set_chunked_content_provider("text/event-stream", std::move(provider));
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<ActiveRequest> HttpServer::Start(ApiResult<GenerationInput> input,
@@ -89,10 +101,9 @@ void HttpServer::Chat(const httplib::Request& req, httplib::Response& res) {
     choice.finish_reason = r.finish_reason;
     return res.set_content(ChatCompletionJson(header, choice, r.usage), "application/json");
   }
-  SetSseHeaders(res);
   const bool include_usage = c.include_usage;
-  res.set_chunked_content_provider(
-      "text/event-stream",
+  SetSseProvider(
+      req, res,
       [active, header, include_usage, logprobs, &tok](size_t, httplib::DataSink& sink) mutable {
         SseWriter w{sink};
         ChatCompletionStream stream(header, include_usage, logprobs);
@@ -148,31 +159,30 @@ void HttpServer::Completions(const httplib::Request& req, httplib::Response& res
     if (c.echo) PrependEcho(echo_text, std::move(echo_logprobs), &choice);
     return res.set_content(CompletionJson(header, choice, r.usage), "application/json");
   }
-  SetSseHeaders(res);
   const bool include_usage = c.include_usage;
   const bool echo = c.echo;
-  res.set_chunked_content_provider(
-      "text/event-stream", [active, header, include_usage, logprobs, echo, echo_text, echo_logprobs,
-                            &tok](size_t, httplib::DataSink& sink) mutable {
-        SseWriter w{sink};
-        CompletionStream stream(header, include_usage, logprobs);
-        if (!echo || w.Write(stream.TextChunk(echo_text, echo_logprobs))) {
-          GenerationResult r = active->Run([&](const Delta& d) {
-            if (d.text.empty() && !logprobs) return true;
-            return w.Write(stream.TextChunk(d.text, DeltaLogprobs(tok, d)));
-          });
-          if (r.error) {
-            EndWithError(w, r);
-          } else {
-            w.Write(stream.FinishChunk(r.finish_reason));
-            w.Write(stream.UsageChunk(r.usage));
-            w.Write(SseDone());
-          }
-        }
-        active.reset();
-        sink.done();
-        return true;
-      });
+  SetSseProvider(req, res,
+                 [active, header, include_usage, logprobs, echo, echo_text, echo_logprobs, &tok](
+                     size_t, httplib::DataSink& sink) mutable {
+                   SseWriter w{sink};
+                   CompletionStream stream(header, include_usage, logprobs);
+                   if (!echo || w.Write(stream.TextChunk(echo_text, echo_logprobs))) {
+                     GenerationResult r = active->Run([&](const Delta& d) {
+                       if (d.text.empty() && !logprobs) return true;
+                       return w.Write(stream.TextChunk(d.text, DeltaLogprobs(tok, d)));
+                     });
+                     if (r.error) {
+                       EndWithError(w, r);
+                     } else {
+                       w.Write(stream.FinishChunk(r.finish_reason));
+                       w.Write(stream.UsageChunk(r.usage));
+                       w.Write(SseDone());
+                     }
+                   }
+                   active.reset();
+                   sink.done();
+                   return true;
+                 });
 }
 
 }  // namespace dq::router

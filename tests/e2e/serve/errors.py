@@ -3,6 +3,7 @@ missing or wrong key, 404 for an unknown model, 413 for an oversized body; the s
 serving after each. Special tokens in a message's content are text, not control tokens, unless
 the router runs with --special-tokens-in-content (a second router over the same workers)."""
 import json
+import socket
 
 from serve_lib import (SMOL, TINY, Deployment, check, finish, free_port, post_json, request,
                        served_name, wait_port)
@@ -67,7 +68,30 @@ def main():
               "still serving after every bad request")
         check(all(pr.poll() is None for pr in d.procs.values()), "no process died")
         special_tokens_in_content(d, name)
+        http10_stream(p, name)
     finish()
+
+
+def http10_stream(port, name):
+    """An HTTP/1.0 client knows no chunked encoding: its event stream is the plain events, ended
+    by the server closing the connection."""
+    body = json.dumps({"model": name, "messages": [{"role": "user", "content": "hi"}],
+                       "max_tokens": 4, "stream": True}).encode()
+    head = (f"POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    data = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(head + body)
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    status_line, _, rest = data.partition(b"\r\n")
+    headers, _, events = rest.partition(b"\r\n\r\n")
+    check(b" 200 " in status_line and b"chunked" not in headers.lower()
+          and events.startswith(b"data: ") and events.endswith(b"data: [DONE]\n\n"),
+          f"HTTP/1.0 stream without chunked encoding ({status_line!r}, {events[-40:]!r})")
 
 
 def prompt_tokens(port, name, content):
