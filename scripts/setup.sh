@@ -9,7 +9,6 @@ packages=(build-essential cmake ninja-build ccache pkg-config git unzip python3 
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libspdlog-dev nlohmann-json3-dev libcpp-httplib-dev libcli11-dev libtomlplusplus-dev
   libpcre2-dev clang-format libgtest-dev libgmock-dev libucx-dev curl
-  clang libclang-rt-14-dev  # tests/fuzz/run.sh: libFuzzer with ASan + UBSan
   docker-compose)  # CI: validates deploy/docker-compose*.yml (tests/e2e/deploy_config_test.sh)
 missing=()
 for p in "${packages[@]}"; do

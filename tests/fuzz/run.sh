@@ -10,6 +10,15 @@ work=${1:-$src/build/fuzz}
 seconds=${DQ_FUZZ_SECONDS:-60}
 mkdir -p "$work/obj" "$work/corpus"
 cxx=${DQ_FUZZ_CXX:-clang++}
+# clang and its libFuzzer runtime: only this test needs them (not the build, nor the image).
+missing=()
+for p in clang libclang-rt-14-dev; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "fuzz: installing ${missing[*]}"
+  sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
 command -v "$cxx" >/dev/null || { echo "fuzz: $cxx not found (apt-get install clang)"; exit 1; }
 launcher=$(command -v ccache || true)
 flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined

@@ -364,6 +364,29 @@ def run_topology(name, roles, resolve, transfer_host_of, answer):
 # ---------------------------------------------------------------------------------------------
 # 2. Kubernetes, 3. the Dockerfile.
 
+def check_network_policy(d, objects):
+    """Only the router reaches the workers' gRPC, only prefill pods the decode pods' KV port."""
+    def component(sel):
+        return sel.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/component")
+
+    allowed = {}
+    for o in objects:
+        if o["kind"] != "NetworkPolicy":
+            continue
+        target = o["spec"]["podSelector"]["matchLabels"].get("app.kubernetes.io/component")
+        check("Ingress" in o["spec"].get("policyTypes", []), f"{d}/{o['metadata']['name']}: ingress")
+        for rule in o["spec"].get("ingress", []):
+            peers = [component(f) for f in rule.get("from", [])]
+            ports = [p.get("port") for p in rule.get("ports", [])] or ["any"]
+            for peer in peers:
+                allowed.setdefault(target, set()).update((peer, port) for port in ports)
+    check(allowed.get("decode") == {("router", 9102), ("prefill", "any")},
+          f"{d}: decode pods take gRPC from the router and KV from prefill pods only "
+          f"({sorted(map(str, allowed.get('decode', [])))})")
+    check(allowed.get("prefill") == {("router", 9101)},
+          f"{d}: prefill pods take gRPC from the router only ({allowed.get('prefill')})")
+
+
 def check_k8s(toml_text, ref, ref_ports, cfg):
     for d, decodes in (("k8s", 1), ("k8s/two-decode", 2)):
         try:
@@ -376,6 +399,7 @@ def check_k8s(toml_text, ref, ref_ports, cfg):
         cm = [o for o in objects if o["kind"] == "ConfigMap"]
         check(len(cm) == 1 and cm[0]["data"].get("dqserve.toml") == toml_text,
               f"{d}: the ConfigMap holds deploy/compose/disagg.toml verbatim")
+        check_network_policy(d, objects)
         roles = T.k8s_roles(objects)
         by_role = {}
         for n, r in roles.items():
