@@ -72,6 +72,7 @@ absl::Status DecodeServer::Init(const DecodeServerOptions& o) {
 
   DecodeServiceOptions so;
   so.lease_ttl_ms = o.lease_ttl_ms;
+  so.worker_key = o.worker_key;
   service_ = std::make_unique<DecodeService>(
       DecodeServiceParts{&model_, leases_.get(), regions_.get(), batcher_.get(), transport_.get(),
                          drafter_regions_.get()},

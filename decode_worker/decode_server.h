@@ -25,6 +25,7 @@ namespace dq::decode {
 
 struct DecodeServerOptions {
   std::string host = "127.0.0.1";  // loopback unless told otherwise
+  std::string worker_key;          // the deployment's worker credential (empty: any caller)
   int port = 0;                    // 0: any free port (tests)
   std::string transport = "tcp";   // the one kvtransfer backend this worker runs: tcp, ucx, nccl
   std::string transfer_host = "127.0.0.1";

@@ -55,6 +55,7 @@ absl::StatusOr<milliseconds> DecodeService::CheckReserve(const v1::ReserveReques
 
 grpc::Status DecodeService::Reserve(grpc::ServerContext* context, const v1::ReserveRequest* r,
                                     v1::KvLease* out) {
+  if (grpc::Status caller = caller_.Check(*context); !caller.ok()) return caller;
   auto ttl = CheckReserve(*r);
   if (!ttl.ok()) return ToGrpc(ttl.status());
   const int64_t max_context = p_.model->runner->config().max_context;
@@ -158,6 +159,7 @@ absl::StatusOr<DecodeJob> DecodeService::JobOf(const v1::DecodeRequest& r) const
 
 grpc::Status DecodeService::Decode(grpc::ServerContext* context, const v1::DecodeRequest* r,
                                    grpc::ServerWriter<v1::DecodeResponse>* writer) {
+  if (grpc::Status caller = caller_.Check(*context); !caller.ok()) return caller;
   auto job = JobOf(*r);
   if (!job.ok()) {
     // The request is dead either way; do not leave its blocks to the ttl.
@@ -206,8 +208,9 @@ grpc::Status DecodeService::Pump(grpc::ServerContext* context, DecodeStream& str
   }
 }
 
-grpc::Status DecodeService::Release(grpc::ServerContext*, const v1::ReleaseRequest* r,
+grpc::Status DecodeService::Release(grpc::ServerContext* context, const v1::ReleaseRequest* r,
                                     v1::ReleaseResponse* out) {
+  if (grpc::Status caller = caller_.Check(*context); !caller.ok()) return caller;
   // Without a lease id: the request's uncommitted lease, for a caller that lost Reserve's answer.
   const bool by_request = r->lease_id().empty() && !r->request_id().empty();
   const std::string& name = by_request ? r->request_id() : r->lease_id();
@@ -222,14 +225,16 @@ grpc::Status DecodeService::Release(grpc::ServerContext*, const v1::ReleaseReque
   return grpc::Status::OK;
 }
 
-grpc::Status DecodeService::Abort(grpc::ServerContext*, const v1::AbortRequest* r,
+grpc::Status DecodeService::Abort(grpc::ServerContext* context, const v1::AbortRequest* r,
                                   v1::AbortResponse* out) {
+  if (grpc::Status caller = caller_.Check(*context); !caller.ok()) return caller;
   out->set_found(p_.batcher->Abort(r->request_id(), "aborted by the router"));
   return grpc::Status::OK;
 }
 
-grpc::Status DecodeService::Handshake(grpc::ServerContext*, const v1::HandshakeRequest* r,
+grpc::Status DecodeService::Handshake(grpc::ServerContext* context, const v1::HandshakeRequest* r,
                                       v1::HandshakeResponse* out) {
+  if (grpc::Status caller = caller_.Check(*context); !caller.ok()) return caller;
   *out = worker::AnswerHandshake(identity(), *r);
   if (!out->kv_layout_compatible()) {
     spdlog::warn("dq-decode: handshake from {}: {}", r->caller(), out->mismatch());
@@ -237,8 +242,9 @@ grpc::Status DecodeService::Handshake(grpc::ServerContext*, const v1::HandshakeR
   return grpc::Status::OK;
 }
 
-grpc::Status DecodeService::Health(grpc::ServerContext*, const v1::WorkerHealthRequest*,
+grpc::Status DecodeService::Health(grpc::ServerContext* context, const v1::WorkerHealthRequest*,
                                    v1::WorkerHealthResponse* out) {
+  if (grpc::Status caller = caller_.Check(*context); !caller.ok()) return caller;
   const KvLeaseStats s = p_.leases->stats();
   out->set_status(v1::SERVING_STATUS_SERVING);
   *out->mutable_identity() = identity();

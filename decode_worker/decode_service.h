@@ -13,6 +13,7 @@
 #include "decode_worker/lease_regions.h"
 #include "dqserve/v1/worker.grpc.pb.h"
 #include "kvtransfer/transport.h"
+#include "worker_common/caller_check.h"
 #include "worker_common/phase_model.h"
 
 namespace dq::decode {
@@ -20,6 +21,7 @@ namespace dq::decode {
 struct DecodeServiceOptions {
   int lease_ttl_ms = 120000;  // an uncommitted lease lives this long at most
   int stream_poll_ms = 50;    // how often a Decode handler checks for cancellation
+  std::string worker_key;     // the deployment's worker credential (empty: any caller)
 };
 
 // The parts the service drives; all must outlive it.
@@ -36,7 +38,7 @@ struct DecodeServiceParts {
 class DecodeService final : public dqserve::v1::DecodeWorker::Service {
  public:
   DecodeService(DecodeServiceParts parts, DecodeServiceOptions options)
-      : p_(parts), options_(std::move(options)) {}
+      : p_(parts), options_(std::move(options)), caller_(options_.worker_key) {}
 
   // Who this worker is (role "decode", address, layout, checkpoint); set once the port is bound.
   void set_identity(dqserve::v1::WorkerIdentity identity) {
@@ -74,6 +76,7 @@ class DecodeService final : public dqserve::v1::DecodeWorker::Service {
 
   DecodeServiceParts p_;
   DecodeServiceOptions options_;
+  worker::CallerCheck caller_;
   mutable std::mutex identity_mu_;
   dqserve::v1::WorkerIdentity identity_;
 };

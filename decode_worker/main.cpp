@@ -8,6 +8,7 @@
 
 #include "common/device_spec.h"
 #include "common/logging.h"
+#include "common/worker_key.h"
 #include "decode_worker/decode_server.h"
 #include "worker_common/drafter_weights.h"
 #include "worker_common/phase_model.h"
@@ -125,6 +126,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   f.server.threads = f.model.threads;
+  f.server.worker_key = dq::WorkerKeyFromEnv();
   auto server = dq::decode::DecodeServer::Start(**model, f.server);
   if (!server.ok()) {
     std::fprintf(stderr, "dq-decode: %s\n", server.status().ToString().c_str());

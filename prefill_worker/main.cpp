@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "common/device_spec.h"
 #include "common/logging.h"
+#include "common/worker_key.h"
 #include "prefill_worker/prefill_server.h"
 #include "worker_common/drafter_weights.h"
 #include "worker_common/phase_model.h"
@@ -145,6 +146,7 @@ int Run(Flags& f) {
     spdlog::error("dq-prefill: {}", bad);
     return 2;
   }
+  f.server.worker_key = dq::WorkerKeyFromEnv();
   // Before any weight is read.
   f.model.fp8_attention = f.attention == "fp8";
   if (const absl::Status bad = dq::worker::CheckFp8Attention(f.model); !bad.ok()) {

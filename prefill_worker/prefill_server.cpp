@@ -91,7 +91,7 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Start(
                            grpc::InsecureServerCredentials(), &bound);
   // The identity carries the address, known only once bound (port 0): set_address fixes it.
   PrefillServiceOptions svc{options.host + ":" + std::to_string(options.port),
-                            options.io_timeout_ms, s->drafter_.get()};
+                            options.io_timeout_ms, s->drafter_.get(), options.worker_key};
   auto service = std::make_unique<PrefillService>(*s->model_, *s->batcher_, *s->senders_, svc);
   builder.RegisterService(service.get());
   s->server_ = builder.BuildAndStart();

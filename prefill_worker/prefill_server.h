@@ -24,6 +24,7 @@ struct PrefillServerOptions {
   int port = 0;  // 0: pick a free one (see PrefillServer::port)
   std::vector<std::string> transports = {"tcp"};
   int token_budget = 2048;
+  std::string worker_key;  // the deployment's worker credential (empty: any caller)
   // Keep finished prompts' full KV blocks for later prompts with the same prefix
   // (PrefillBatcherOptions::prefix_cache).
   bool prefix_cache = false;

@@ -44,6 +44,7 @@ PrefillService::PrefillService(const worker::PhaseModel& model, PrefillBatcher& 
       batcher_(batcher),
       senders_(senders),
       options_(options),
+      caller_(options.worker_key),
       identity_(worker::WorkerIdentityOf(model, IdentityOptionsFor(options, senders))) {}
 
 v1::WorkerIdentity PrefillService::identity() const {
@@ -168,6 +169,7 @@ void PrefillService::AwaitJob(grpc::ServerContext& context, PrefillJob& job) {
 grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
                                      const v1::PrefillRequest* request,
                                      v1::PrefillResponse* response) {
+  if (grpc::Status caller = caller_.Check(*context); !caller.ok()) return caller;
   const std::string& id = request->request_id();
   const auto received = PrefillJob::Clock::now();
   auto job = MakeJob(*context, *request);
@@ -213,8 +215,10 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status PrefillService::Handshake(grpc::ServerContext*, const v1::HandshakeRequest* request,
+grpc::Status PrefillService::Handshake(grpc::ServerContext* context,
+                                       const v1::HandshakeRequest* request,
                                        v1::HandshakeResponse* response) {
+  if (grpc::Status caller = caller_.Check(*context); !caller.ok()) return caller;
   *response = worker::AnswerHandshake(identity(), *request);
   if (!response->kv_layout_compatible()) {
     spdlog::warn("handshake from {}: {}", request->caller(), response->mismatch());
@@ -222,8 +226,9 @@ grpc::Status PrefillService::Handshake(grpc::ServerContext*, const v1::Handshake
   return grpc::Status::OK;
 }
 
-grpc::Status PrefillService::Health(grpc::ServerContext*, const v1::WorkerHealthRequest*,
+grpc::Status PrefillService::Health(grpc::ServerContext* context, const v1::WorkerHealthRequest*,
                                     v1::WorkerHealthResponse* response) {
+  if (grpc::Status caller = caller_.Check(*context); !caller.ok()) return caller;
   const PrefillLoad load = batcher_.load();
   response->set_status(v1::SERVING_STATUS_SERVING);
   *response->mutable_identity() = identity();

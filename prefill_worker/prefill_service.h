@@ -10,6 +10,7 @@
 #include "prefill_worker/kv_senders.h"
 #include "prefill_worker/lease_plan.h"
 #include "prefill_worker/prefill_batcher.h"
+#include "worker_common/caller_check.h"
 #include "worker_common/phase_model.h"
 
 namespace dq::prefill {
@@ -19,6 +20,7 @@ struct PrefillServiceOptions {
   int io_timeout_ms = 10000;
   // The self drafter whose prompt KV this worker ships too (null: none); outlives the service.
   DrafterPrefill* drafter = nullptr;
+  std::string worker_key;  // the deployment's worker credential (empty: any caller)
 };
 
 class PrefillService final : public dqserve::v1::PrefillWorker::Service {
@@ -54,6 +56,7 @@ class PrefillService final : public dqserve::v1::PrefillWorker::Service {
   PrefillBatcher& batcher_;
   KvSenders& senders_;
   const PrefillServiceOptions options_;
+  const worker::CallerCheck caller_;
   mutable std::mutex identity_mu_;
   dqserve::v1::WorkerIdentity identity_;  // under identity_mu_
 };

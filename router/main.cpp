@@ -10,6 +10,7 @@
 
 #include "common/listen_port.h"
 #include "common/logging.h"
+#include "common/worker_key.h"
 #include "router/grpc_frontend.h"
 #include "router/http_server.h"
 #include "router/request_pipeline.h"
@@ -113,6 +114,7 @@ int Run(const Flags& f) {
   ro.decode_addresses = f.decode;
   ro.health_interval = std::chrono::milliseconds(f.health_interval_ms);
   ro.caller = "dq-router@" + f.host + ":" + std::to_string(f.port);
+  ro.worker_key = dq::WorkerKeyFromEnv();
   dq::router::WorkerRegistry registry(ro);
   dq::router::Scheduler scheduler(dq::router::SchedulerOptions{
       f.max_in_flight, f.max_queue, std::chrono::milliseconds(f.queue_timeout_ms)});

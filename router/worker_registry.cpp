@@ -1,8 +1,11 @@
 #include "router/worker_registry.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/support/client_interceptor.h>
 
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -14,7 +17,38 @@ namespace {
 
 namespace v1 = dqserve::v1;
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+// Adds "authorization: Bearer <worker key>" to every call on a channel, so that no call site
+// can forget it.
+class WorkerKeyInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit WorkerKeyInterceptor(const std::string& header) : header_(header) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->insert({"authorization", header_});
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string& header_;  // the factory's, which the channel keeps alive
+};
+
+class WorkerKeyInterceptorFactory final
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit WorkerKeyInterceptorFactory(const std::string& key) : header_("Bearer " + key) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo*) override {
+    return new WorkerKeyInterceptor(header_);
+  }
+
+ private:
+  const std::string header_;
+};
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           const std::string& worker_key) {
   grpc::ChannelArguments args;
   // gRPC's default reconnect backoff grows to 2 minutes; a restarted worker should be seen
   // again on the next health round, not minutes later.
@@ -23,7 +57,13 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   // Prompt logprobs of a long prompt with 20 alternatives each can pass gRPC's 4 MiB default.
   args.SetMaxReceiveMessageSize(256 << 20);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  if (worker_key.empty()) {
+    return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  }
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> keyed;
+  keyed.push_back(std::make_unique<WorkerKeyInterceptorFactory>(worker_key));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      address, grpc::InsecureChannelCredentials(), args, std::move(keyed));
 }
 
 std::string LayoutText(const v1::KvLayout& l) {
@@ -98,14 +138,14 @@ struct WorkerRegistry::Worker {
 };
 
 WorkerRegistry::WorkerRegistry(WorkerRegistryOptions options) : options_(std::move(options)) {
-  auto add = [](std::vector<std::unique_ptr<Worker>>& out, WorkerRole role,
-                const std::vector<std::string>& addresses) {
+  auto add = [this](std::vector<std::unique_ptr<Worker>>& out, WorkerRole role,
+                    const std::vector<std::string>& addresses) {
     for (const std::string& address : addresses) {
       auto w = std::make_unique<Worker>();
       w->status.role = role;
       w->status.address = address;
       w->status.detail = "not contacted yet";
-      w->channel = MakeChannel(address);
+      w->channel = MakeChannel(address, options_.worker_key);
       if (role == WorkerRole::kPrefill) {
         w->prefill = v1::PrefillWorker::NewStub(w->channel);
       } else {

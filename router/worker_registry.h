@@ -73,6 +73,9 @@ struct WorkerRegistryOptions {
   std::chrono::milliseconds health_interval{1000};
   std::chrono::milliseconds rpc_timeout{1000};  // Handshake and Health deadline
   std::string caller = "dq-router";
+  // The deployment's worker credential (common/worker_key.h), sent on every call to a worker;
+  // empty: none.
+  std::string worker_key;
   // Health probes failed in a row before in-flight requests on the worker are cancelled
   // (a dead process already breaks its streams; this catches a hung host or a partition).
   int failures_to_cancel_requests = 3;

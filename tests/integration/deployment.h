@@ -196,6 +196,7 @@ struct DeploymentOptions {
   std::string model;
   std::string api_key;  // set: the router gets it through env DQ_API_KEY
   std::vector<std::string> router_args;
+  std::string worker_key;  // set: all three get it through env DQ_WORKER_KEY
 };
 
 // dq-decode + dq-prefill + dq-router (HTTP and gRPC) as real processes.
@@ -226,8 +227,11 @@ class Deployment {
       args.insert(args.begin(), common.begin(), common.end());
       return args;
     };
-    Spawn("decode", bin + "/dq-decode", with({"--port", std::to_string(decode_port_)}), {});
-    Spawn("prefill", bin + "/dq-prefill", with({"--port", std::to_string(prefill_port_)}), {});
+    std::map<std::string, std::string> worker_env;
+    if (!options_.worker_key.empty()) worker_env["DQ_WORKER_KEY"] = options_.worker_key;
+    Spawn("decode", bin + "/dq-decode", with({"--port", std::to_string(decode_port_)}), worker_env);
+    Spawn("prefill", bin + "/dq-prefill", with({"--port", std::to_string(prefill_port_)}),
+          worker_env);
     std::vector<std::string> router_args = {"--model",
                                             options_.model,
                                             "--port",
@@ -241,7 +245,7 @@ class Deployment {
                                             "--health-interval-ms",
                                             "100"};
     router_args.insert(router_args.end(), options_.router_args.begin(), options_.router_args.end());
-    std::map<std::string, std::string> env;
+    std::map<std::string, std::string> env = worker_env;
     if (!options_.api_key.empty()) env["DQ_API_KEY"] = options_.api_key;
     Spawn("router", bin + "/dq-router", router_args, env);
     if (auto e = WaitPort("decode", decode_port_); !e.empty()) return e;
@@ -464,13 +468,13 @@ inline v1::GenerateRequest ChatRequest(const std::string& user, uint32_t max_tok
 }
 
 // The byte length of the UTF-8 character starting at s[i] (1 for a stray byte).
-size_t Utf8Len(const std::string& s, size_t i) {
+inline size_t Utf8Len(const std::string& s, size_t i) {
   const auto c = static_cast<unsigned char>(s[i]);
   size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
   return std::min(n, s.size() - i);
 }
 
-bool IsUtf8Start(const std::string& s, size_t i) {
+inline bool IsUtf8Start(const std::string& s, size_t i) {
   return (static_cast<unsigned char>(s[i]) & 0xC0) != 0x80;
 }
 

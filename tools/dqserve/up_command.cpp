@@ -14,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/deploy_config.h"
 #include "common/listen_port.h"
+#include "common/random_token.h"
+#include "common/worker_key.h"
 #include "nlohmann/json.hpp"
 #include "tools/dqserve/process_group.h"
 
@@ -196,8 +198,8 @@ std::vector<ChildSpec> Children(const DeployConfig& c, const std::string& log_le
 }
 
 // Starts the children in order, each once the previous one listens.
-absl::Status StartAll(ProcessGroup& group, const DeployConfig& c, const UpOptions& o) {
-  const std::vector<ChildSpec> children = Children(c, o.log_level);
+absl::Status StartAll(ProcessGroup& group, const DeployConfig& c, const UpOptions& o,
+                      const std::vector<ChildSpec>& children) {
   const int ports[] = {c.decode.port, c.prefill.port, c.router.port};
   const std::string hosts[] = {"127.0.0.1", "127.0.0.1",
                                c.router.host == "0.0.0.0" ? "127.0.0.1" : c.router.host};
@@ -301,9 +303,14 @@ int RunUp(const UpOptions& o) {
     std::fprintf(stderr, "dqserve up: %s\n", std::string(s.message()).c_str());
     return 1;
   }
+  // One worker credential per deployment, the same for every (re)start of its processes: only
+  // this router can call these workers (common/worker_key.h).
+  std::vector<ChildSpec> children = Children(*c, o.log_level);
+  const std::string worker_key = absl::StrCat(kWorkerKeyEnv, "=", RandomHex(32));
+  for (ChildSpec& child : children) child.env.push_back(worker_key);
   ProcessGroup group;
   int rc = 0;
-  if (absl::Status s = StartAll(group, *c, o); !s.ok()) {
+  if (absl::Status s = StartAll(group, *c, o, children); !s.ok()) {
     std::fprintf(stderr, "dqserve up: %s\n", std::string(s.message()).c_str());
     rc = 1;
   } else {
@@ -313,7 +320,7 @@ int RunUp(const UpOptions& o) {
                  "stops\n",
                  c->model.c_str(), c->router.host.c_str(), c->router.port, c->prefill.port,
                  c->decode.port);
-    rc = Supervise(group, signals, Children(*c, o.log_level));
+    rc = Supervise(group, signals, children);
   }
   for (const std::string& name : group.StopAll(std::chrono::seconds(10))) {
     std::fprintf(stderr, "dqserve: the %s process did not stop in 10 s and was killed\n",
