@@ -48,10 +48,6 @@ HttpServer::HttpServer(HttpServerOptions options, RequestPipeline& pipeline,
   const int threads = options_.threads;
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server_->set_payload_max_length(options_.max_body_bytes);
-  // One request per connection: cpp-httplib 0.11 loses pipelined requests that arrived with
-  // the first (one answer, then the client waits out the read timeout), so every response says
-  // "Connection: close" and a pipelining client sees the rest refused at once, as HTTP allows.
-  server_->set_keep_alive_max_count(1);
   server_->set_exception_handler(
       [this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
         std::string what = "unknown exception";

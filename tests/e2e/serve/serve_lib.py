@@ -207,6 +207,7 @@ def stream(port, path, body, headers=None, timeout=120, on_event=None):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     conn.request("POST", path, body=json.dumps(body).encode(),
                  headers={"Content-Type": "application/json", **(headers or {})})
+    sock = conn.sock  # the response owns it once the server says Connection: close
     r = conn.getresponse()
     events = []
     hdrs = {k.lower(): v for k, v in r.getheaders()}
@@ -223,7 +224,8 @@ def stream(port, path, body, headers=None, timeout=120, on_event=None):
             line = raw.decode()
             events.append(line)
             if on_event is not None and on_event(len(events) - 1, line) is False:
-                conn.sock.shutdown(socket.SHUT_RDWR)
+                sock.shutdown(socket.SHUT_RDWR)
+                r.close()
                 conn.close()
                 return r.status, events, hdrs
     conn.close()
