@@ -4,6 +4,7 @@ first's; every answer must equal the same request on a deployment without the ca
 afterwards the workers' free KV blocks are back at their start values; a prefill pool smaller
 than the working set evicts and loses no request; a second chat turn reuses the first turn's
 prompt (usage.prompt_tokens_details.cached_tokens says how much)."""
+import os
 import time
 
 from serve_lib import (SMOL, Deployment, check, finish, metric_sum, metrics, post_json,
@@ -48,12 +49,16 @@ def run_questions(dep, cache):
     return results
 
 
+# Extra worker flags, e.g. "--device cuda" for tests/gpu/prefix_cache_test.sh.
+DEVICE = os.environ.get("DQ_WORKER_DEVICE_ARGS", "").split()
+
+
 def main():
-    args = dict(prefill_args=["--kv-capacity", "8192"], decode_args=["--kv-capacity", "8192"],
-                threads=2)
+    args = dict(prefill_args=["--kv-capacity", "8192", *DEVICE],
+                decode_args=["--kv-capacity", "8192", *DEVICE], threads=2)
     with Deployment(SMOL, **args) as dep:
         reference = run_questions(dep, cache=False)
-    with Deployment(SMOL, **{**args, "prefill_args": ["--kv-capacity", "8192",
+    with Deployment(SMOL, **{**args, "prefill_args": ["--kv-capacity", "8192", *DEVICE,
                                                       "--prefix-cache"]}) as dep:
         start = {r: free_blocks(dep.port, r) for r in ("prefill", "decode")}
         cached = run_questions(dep, cache=True)
@@ -83,7 +88,7 @@ def main():
         second_turn(dep)
     # A prefill pool that holds one long prompt at a time: every new system prompt evicts.
     small = {**args, "prefill_args": ["--kv-capacity", "2048", "--token-budget", "2048",
-                                      "--prefix-cache"]}
+                                      "--prefix-cache", *DEVICE]}
     with Deployment(SMOL, **small) as dep:
         name = served_name(dep.port)
         answers = {}
