@@ -76,6 +76,14 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Start(
                       KvStager::Create(*s->model_->kv_staging, arena_blocks, senders->any_host()));
   DQ_RETURN_IF_ERROR(senders->Register(s->stager_->host_source(), s->stager_->device_source()));
   s->senders_ = std::move(senders);
+  if (options.prefix_cache && s->stager_->max_blocks() > 0) {
+    // The batcher would leave the cache off for every job (its shipped cached blocks could
+    // overflow the arena): refuse rather than accept a flag that does nothing.
+    return absl::InvalidArgumentError(
+        "--prefix-cache: this worker's KV is in device memory and ships through a host staging "
+        "arena, which cannot take the cached blocks yet; run without --prefix-cache, or with a "
+        "transport that reads device memory (--transports nccl, or ucx with CUDA)");
+  }
   PrefillBatcherOptions bo{options.token_budget};
   bo.prefix_cache = options.prefix_cache;
   if (options.drafter.enabled()) {
