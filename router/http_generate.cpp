@@ -38,6 +38,21 @@ void EndWithError(SseWriter& w, const GenerationResult& r) {
   w.Write(SseDone());
 }
 
+// The decode phase of a streamed request: each delta with text (or logprobs) as `chunk(delta)`,
+// then the finish chunk, the usage chunk and [DONE], or the error event.
+template <typename Stream, typename Chunk>
+void StreamDecode(SseWriter& w, ActiveRequest& active, Stream& stream, bool logprobs,
+                  const Chunk& chunk) {
+  GenerationResult r = active.Run([&](const Delta& d) {
+    if (d.text.empty() && !logprobs) return true;  // text held back: nothing to send
+    return w.Write(chunk(d));
+  });
+  if (r.error) return EndWithError(w, r);
+  w.Write(stream.FinishChunk(r.finish_reason));
+  w.Write(stream.UsageChunk(r.usage));
+  w.Write(SseDone());
+}
+
 void SetSseHeaders(httplib::Response& res) {
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");  // proxies must not hold events back
@@ -108,17 +123,9 @@ void HttpServer::Chat(const httplib::Request& req, httplib::Response& res) {
         SseWriter w{sink};
         ChatCompletionStream stream(header, include_usage, logprobs);
         if (w.Write(stream.RoleChunk())) {
-          GenerationResult r = active->Run([&](const Delta& d) {
-            if (d.text.empty() && !logprobs) return true;  // text held back: nothing to send
-            return w.Write(stream.ContentChunk(d.text, DeltaLogprobs(tok, d)));
+          StreamDecode(w, *active, stream, logprobs, [&](const Delta& d) {
+            return stream.ContentChunk(d.text, DeltaLogprobs(tok, d));
           });
-          if (r.error) {
-            EndWithError(w, r);
-          } else {
-            w.Write(stream.FinishChunk(r.finish_reason));
-            w.Write(stream.UsageChunk(r.usage));
-            w.Write(SseDone());
-          }
         }
         active.reset();
         sink.done();
@@ -167,17 +174,9 @@ void HttpServer::Completions(const httplib::Request& req, httplib::Response& res
                    SseWriter w{sink};
                    CompletionStream stream(header, include_usage, logprobs);
                    if (!echo || w.Write(stream.TextChunk(echo_text, echo_logprobs))) {
-                     GenerationResult r = active->Run([&](const Delta& d) {
-                       if (d.text.empty() && !logprobs) return true;
-                       return w.Write(stream.TextChunk(d.text, DeltaLogprobs(tok, d)));
+                     StreamDecode(w, *active, stream, logprobs, [&](const Delta& d) {
+                       return stream.TextChunk(d.text, DeltaLogprobs(tok, d));
                      });
-                     if (r.error) {
-                       EndWithError(w, r);
-                     } else {
-                       w.Write(stream.FinishChunk(r.finish_reason));
-                       w.Write(stream.UsageChunk(r.usage));
-                       w.Write(SseDone());
-                     }
                    }
                    active.reset();
                    sink.done();

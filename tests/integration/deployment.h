@@ -480,4 +480,28 @@ inline bool IsUtf8Start(const std::string& s, size_t i) {
 
 constexpr char kPrompt[] = "The quick brown fox jumps over the lazy dog. Once upon a time";
 
+// A test suite whose tests share one deployment, `Derived::Options()`: started once before them,
+// stopped at the end (a deployment that does not shut down cleanly fails the suite).
+template <typename Derived>
+class DeploymentSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    deployment_ = new Deployment(Derived::Options());
+    start_error_ = deployment_->Start();
+  }
+  static void TearDownTestSuite() {
+    if (deployment_ == nullptr) return;
+    EXPECT_EQ(deployment_->Stop(), "") << "the deployment did not shut down cleanly";
+    delete deployment_;
+    deployment_ = nullptr;
+  }
+  void SetUp() override { ASSERT_EQ(start_error_, "") << "the deployment did not start"; }
+
+  v1::DqServe::Stub& stub() { return deployment_->stub(); }
+  int http_port() { return deployment_->http_port(); }
+
+  inline static Deployment* deployment_ = nullptr;
+  inline static std::string start_error_;
+};
+
 }  // namespace dq::integration

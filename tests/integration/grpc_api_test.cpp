@@ -13,30 +13,10 @@ using namespace dq::integration;  // NOLINT: test-local helpers
 // The tiny random Qwen3: fast, for everything but the text-quality check. --max-in-flight 1, so
 // a request the router failed to end (abort, client cancel) would block every later one.
 
-class GrpcApiTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    deployment_ = new Deployment({TinyModel(), "", {"--max-in-flight", "1"}});
-    start_error_ = deployment_->Start();
-  }
-  static void TearDownTestSuite() {
-    if (deployment_ == nullptr) return;
-    const std::string stop_error = deployment_->Stop();
-    EXPECT_EQ(stop_error, "") << "the deployment did not shut down cleanly";
-    delete deployment_;
-    deployment_ = nullptr;
-  }
-  void SetUp() override { ASSERT_EQ(start_error_, "") << "the deployment did not start"; }
-
-  v1::DqServe::Stub& stub() { return deployment_->stub(); }
-  int http_port() { return deployment_->http_port(); }
-
-  static Deployment* deployment_;
-  static std::string start_error_;
+class GrpcApiTest : public DeploymentSuite<GrpcApiTest> {
+ public:
+  static DeploymentOptions Options() { return {TinyModel(), "", {"--max-in-flight", "1"}}; }
 };
-
-Deployment* GrpcApiTest::deployment_ = nullptr;
-std::string GrpcApiTest::start_error_;
 
 TEST_F(GrpcApiTest, ModelsListsTheServedModel) {
   grpc::ClientContext ctx;
@@ -394,28 +374,13 @@ TEST_F(GrpcApiTest, UnknownModelIsNotFound) {
 // ---------------------------------------------------------------------------------------------
 // An API key (env DQ_API_KEY): every call but Health needs "authorization: Bearer <key>".
 
-class GrpcApiKeyTest : public ::testing::Test {
+class GrpcApiKeyTest : public DeploymentSuite<GrpcApiKeyTest> {
+ public:
+  static DeploymentOptions Options() { return {TinyModel(), kKey, {}}; }
+
  protected:
   static constexpr char kKey[] = "grpc-test-key-42";
-  static void SetUpTestSuite() {
-    deployment_ = new Deployment({TinyModel(), kKey, {}});
-    start_error_ = deployment_->Start();
-  }
-  static void TearDownTestSuite() {
-    if (deployment_ == nullptr) return;
-    EXPECT_EQ(deployment_->Stop(), "") << "the deployment did not shut down cleanly";
-    delete deployment_;
-    deployment_ = nullptr;
-  }
-  void SetUp() override { ASSERT_EQ(start_error_, "") << "the deployment did not start"; }
-  v1::DqServe::Stub& stub() { return deployment_->stub(); }
-
-  static Deployment* deployment_;
-  static std::string start_error_;
 };
-
-Deployment* GrpcApiKeyTest::deployment_ = nullptr;
-std::string GrpcApiKeyTest::start_error_;
 
 TEST_F(GrpcApiKeyTest, CallsNeedTheBearerKey) {
   for (const std::string key : {"", "wrong-key"}) {
@@ -477,26 +442,10 @@ TEST_F(GrpcApiKeyTest, TheRightKeyIsAcceptedAndHealthIsExempt) {
 // ---------------------------------------------------------------------------------------------
 // SmolLM2-135M-Instruct: a real model, so the answer's text can be checked.
 
-class GrpcSmolTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    deployment_ = new Deployment({SmolModel(), "", {}});
-    start_error_ = deployment_->Start();
-  }
-  static void TearDownTestSuite() {
-    if (deployment_ == nullptr) return;
-    EXPECT_EQ(deployment_->Stop(), "") << "the deployment did not shut down cleanly";
-    delete deployment_;
-    deployment_ = nullptr;
-  }
-  void SetUp() override { ASSERT_EQ(start_error_, "") << "the deployment did not start"; }
-
-  static Deployment* deployment_;
-  static std::string start_error_;
+class GrpcSmolTest : public DeploymentSuite<GrpcSmolTest> {
+ public:
+  static DeploymentOptions Options() { return {SmolModel(), "", {}}; }
 };
-
-Deployment* GrpcSmolTest::deployment_ = nullptr;
-std::string GrpcSmolTest::start_error_;
 
 TEST_F(GrpcSmolTest, ChatAnswerNamesParisAndMatchesHttp) {
   const std::string question = "What is the capital of France?";

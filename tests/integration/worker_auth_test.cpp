@@ -11,22 +11,15 @@ using namespace dq::integration;  // NOLINT: test-local helpers
 
 constexpr char kKey[] = "0123456789abcdef0123456789abcdef";
 
-class WorkerAuthTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
+class WorkerAuthTest : public DeploymentSuite<WorkerAuthTest> {
+ public:
+  static DeploymentOptions Options() {
     DeploymentOptions o{TinyModel(), "", {}};
     o.worker_key = kKey;
-    deployment_ = new Deployment(o);
-    start_error_ = deployment_->Start();
+    return o;
   }
-  static void TearDownTestSuite() {
-    if (deployment_ == nullptr) return;
-    EXPECT_EQ(deployment_->Stop(), "") << "the deployment did not shut down cleanly";
-    delete deployment_;
-    deployment_ = nullptr;
-  }
-  void SetUp() override { ASSERT_EQ(start_error_, "") << "the deployment did not start"; }
 
+ protected:
   static std::shared_ptr<grpc::Channel> Channel(int port) {
     return grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
                                grpc::InsecureChannelCredentials());
@@ -38,13 +31,7 @@ class WorkerAuthTest : public ::testing::Test {
     if (!bearer.empty()) ctx->AddMetadata("authorization", bearer);
     return ctx;
   }
-
-  static Deployment* deployment_;
-  static std::string start_error_;
 };
-
-Deployment* WorkerAuthTest::deployment_ = nullptr;
-std::string WorkerAuthTest::start_error_;
 
 TEST_F(WorkerAuthTest, TheRouterCallsWithTheKeyAndServes) {
   const Stream s = Generate(deployment_->stub(), PromptRequest("hello", 3));
