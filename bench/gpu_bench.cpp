@@ -115,31 +115,33 @@ absl::StatusOr<LinearWeight> Matrix(const LinearWeight& block, int64_t out) {
   return cuda::ConcatRows(parts);
 }
 
-absl::StatusOr<DecoderWeights> MakeWeights(const ModelConfig& c, const Format& f) {
+absl::StatusOr<ModelProgram> MakeWeights(const ModelConfig& c, const Format& f) {
   DQ_ASSIGN_OR_RETURN(LinearWeight b_h, Block(f, c.hidden_size, 1));
   DQ_ASSIGN_OR_RETURN(LinearWeight b_q, Block(f, c.q_dim(), 2));
   DQ_ASSIGN_OR_RETURN(LinearWeight b_i, Block(f, c.intermediate_size, 3));
-  DecoderWeights w;
+  ModelProgram w;
   for (int l = 0; l < c.num_layers; ++l) {
-    DecoderLayerWeights L;
-    L.attn_norm.assign(c.hidden_size, 1.0f);
-    L.ffn_norm.assign(c.hidden_size, 1.0f);
-    L.q_norm.assign(c.head_dim, 1.0f);
-    L.k_norm.assign(c.head_dim, 1.0f);
-    DQ_ASSIGN_OR_RETURN(L.q, Matrix(b_h, c.q_dim()));
-    DQ_ASSIGN_OR_RETURN(L.k, Matrix(b_h, c.kv_dim()));
-    DQ_ASSIGN_OR_RETURN(L.v, Matrix(b_h, c.kv_dim()));
-    DQ_ASSIGN_OR_RETURN(L.o, Matrix(b_q, c.hidden_size));
-    DQ_ASSIGN_OR_RETURN(L.gate, Matrix(b_h, c.intermediate_size));
-    DQ_ASSIGN_OR_RETURN(L.up, Matrix(b_h, c.intermediate_size));
-    DQ_ASSIGN_OR_RETURN(L.down, Matrix(b_i, c.hidden_size));
-    w.layers.push_back(std::move(L));
+    AttentionBlock a;
+    MlpBlock m;
+    a.norm.assign(c.hidden_size, 1.0f);
+    m.norm.assign(c.hidden_size, 1.0f);
+    a.q_norm.assign(c.head_dim, 1.0f);
+    a.k_norm.assign(c.head_dim, 1.0f);
+    DQ_ASSIGN_OR_RETURN(a.q, Matrix(b_h, c.q_dim()));
+    DQ_ASSIGN_OR_RETURN(a.k, Matrix(b_h, c.kv_dim()));
+    DQ_ASSIGN_OR_RETURN(a.v, Matrix(b_h, c.kv_dim()));
+    DQ_ASSIGN_OR_RETURN(a.o, Matrix(b_q, c.hidden_size));
+    DQ_ASSIGN_OR_RETURN(m.gate, Matrix(b_h, c.intermediate_size));
+    DQ_ASSIGN_OR_RETURN(m.up, Matrix(b_h, c.intermediate_size));
+    DQ_ASSIGN_OR_RETURN(m.down, Matrix(b_i, c.hidden_size));
+    w.layers.push_back(AttentionMlpLayer(std::move(a), std::move(m)));
   }
   DQ_ASSIGN_OR_RETURN(LinearWeight e, Block({"bf16"}, c.hidden_size, 4));
   DQ_ASSIGN_OR_RETURN(w.embedding, Matrix(e, c.vocab_size));
   w.lm_head = w.embedding;  // tied (the copy shares nothing on the device either way)
   w.lm_head.data = w.lm_head.owned.data();
   w.final_norm.assign(c.hidden_size, 1.0f);
+  w.Finalize();
   return w;
 }
 
@@ -262,7 +264,7 @@ absl::StatusOr<nlohmann::json> RunFormat(const ModelConfig& c, const Format& f, 
                                          const Options& o) {
   std::fprintf(stderr, "dq-bench-gpu: %s (%s): building weights...\n", f.name.c_str(),
                prefill ? "prefill" : "decode");
-  DQ_ASSIGN_OR_RETURN(DecoderWeights w, MakeWeights(c, f));
+  DQ_ASSIGN_OR_RETURN(ModelProgram w, MakeWeights(c, f));
   DecoderModel cpu(c, std::move(w));
   KvCacheOptions kv{c.num_layers, c.num_kv_heads, c.head_dim, 16, 0, false};
   const int max_tokens = prefill ? o.prefill_lengths.back() : o.context + o.steps + 64;

@@ -168,7 +168,7 @@ absl::StatusOr<Built> Build(const ModelConfig& c, const Config& cfg, const KvCac
                             const cuda::CudaBackendOptions& co, const Options& o) {
   Built b;
   DQ_ASSIGN_OR_RETURN(Format rf, ParseFormat(cfg.resident, /*prefill=*/cfg.resident == "fp8"));
-  DQ_ASSIGN_OR_RETURN(DecoderWeights rw, MakeWeights(c, rf));
+  DQ_ASSIGN_OR_RETURN(ModelProgram rw, MakeWeights(c, rf));
   b.resident_cpu = std::make_unique<DecoderModel>(c, std::move(rw));
   if (cfg.streamed.empty()) {
     DQ_ASSIGN_OR_RETURN(b.models,
@@ -179,7 +179,7 @@ absl::StatusOr<Built> Build(const ModelConfig& c, const Config& cfg, const KvCac
     return b;
   }
   DQ_ASSIGN_OR_RETURN(Format sf, ParseFormat(cfg.streamed, /*prefill=*/true));
-  DQ_ASSIGN_OR_RETURN(DecoderWeights sw, MakeWeights(c, sf));
+  DQ_ASSIGN_OR_RETURN(ModelProgram sw, MakeWeights(c, sf));
   b.streamed_cpu = std::make_unique<DecoderModel>(c, std::move(sw));
   cuda::OdpOptions odp;
   odp.stream.slots = o.slots;

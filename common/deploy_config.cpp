@@ -115,15 +115,6 @@ absl::Status CheckDrafter(const DeployConfig& c) {
           "[decode] speculative = \"dflash\" needs draft_weights (the DFlash drafter's "
           "directory, made for this model) and no draft_format/draft_group_size");
     }
-    for (const PhaseConfig* p : {&c.prefill, &c.decode}) {
-      if (p->device != "cpu") {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "[decode] speculative = \"dflash\" reads the target's per-layer hidden states, "
-            "which only the cpu backend exposes so far; set [prefill] and [decode] device = "
-            "\"cpu\" (got \"",
-            p->device, "\"), or use speculative = \"ngram\" or \"self\" on GPUs"));
-      }
-    }
   }
   if ((d.speculative == "none" || d.speculative == "ngram") && has_weights) {
     return absl::InvalidArgumentError(

@@ -187,7 +187,6 @@ absl::Status DecodeServer::CreateDFlashDrafter(const DecodeServerOptions& o,
         "--speculative dflash needs --draft-weights DIR (a DFlash drafter checkpoint made for "
         "this model, e.g. by dq-tool make-dflash) and no --draft-format/--draft-group-size");
   }
-  if (model_.device.cuda) return absl::UnimplementedError(worker::kDFlashNeedsCpu);
   KvBlockPool& pool = model_.runner->kv_pool();
   DFlashDrafterOptions d;
   d.threads = o.threads;

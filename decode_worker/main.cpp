@@ -107,11 +107,6 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   dq::SetLogLevel(f.log_level);
-  // Before any weight is read: the CUDA backend has no hidden-state hook yet.
-  if (f.server.speculative == "dflash" && f.model.device != "cpu") {
-    std::fprintf(stderr, "dq-decode: %s\n", dq::worker::kDFlashNeedsCpu);
-    return 2;
-  }
 
   // Every thread started from here on inherits the mask, so only sigwait below sees them.
   sigset_t signals;

@@ -54,7 +54,6 @@ absl::Status DrafterPrefill::LoadSelf(const worker::PhaseModel& pm,
 
 absl::Status DrafterPrefill::LoadDFlash(const worker::PhaseModel& pm,
                                         const DrafterPrefillOptions& o) {
-  if (pm.device.cuda) return absl::UnimplementedError(worker::kDFlashNeedsCpu);
   if (o.weights.weights.empty() || !o.weights.format.empty() || o.weights.group_size != 0) {
     return absl::InvalidArgumentError(
         "--speculative dflash needs --draft-weights DIR (the decode worker's DFlash drafter) "
@@ -83,7 +82,10 @@ DrafterPrefill::~DrafterPrefill() = default;
 KvBlockPool& DrafterPrefill::kv_pool() { return dflash_ ? dflash_->kv_pool() : runner_->kv_pool(); }
 
 void DrafterPrefill::AddTargetHooks(ForwardHooks* hooks) {
-  if (capture_) hooks->on_layer_output = capture_->Hooks().on_layer_output;
+  if (!capture_) return;
+  ForwardHooks taps = capture_->Hooks();
+  hooks->tap_layers = std::move(taps.tap_layers);
+  hooks->on_layer_output = std::move(taps.on_layer_output);
 }
 
 absl::Status DrafterPrefill::Forward(std::span<const DrafterChunk> chunks) {

@@ -46,8 +46,6 @@ std::string ResolveDrafter(Flags& f) {
     return "--speculative " + f.speculative +
            " needs the decode worker's drafter flags (--draft-format or --draft-weights)";
   }
-  // Before any weight is read: the CUDA backend has no hidden-state hook yet.
-  if (f.speculative == "dflash" && f.model.device != "cpu") return dq::worker::kDFlashNeedsCpu;
   f.server.drafter_kind = f.speculative;
   return "";
 }

@@ -18,12 +18,6 @@
 
 namespace dq::worker {
 
-// Why --speculative dflash refuses a GPU worker (both workers' start-up checks say it).
-inline constexpr char kDFlashNeedsCpu[] =
-    "--speculative dflash reads the target's per-layer hidden states, which only the cpu backend "
-    "exposes so far; run the workers with --device cpu, or draft with --speculative ngram or "
-    "self on cuda";
-
 struct DrafterWeightsOptions {
   std::string format;   // --draft-format: quantize the model's base checkpoint to this
   int group_size = 0;   // --draft-group-size (intN; 0: the codec's default)

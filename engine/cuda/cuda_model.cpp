@@ -77,12 +77,6 @@ absl::StatusOr<std::vector<DeviceLinear>> UploadGroup(std::vector<const LinearWe
   return out;
 }
 
-int64_t Bytes(const std::vector<DeviceLinear>& v) {
-  int64_t n = 0;
-  for (const DeviceLinear& d : v) n += d.device_bytes();
-  return n;
-}
-
 }  // namespace
 
 DeviceKvCache::DeviceKvCache(const KvCacheOptions& kv) : kv_(kv) {
@@ -116,53 +110,90 @@ CudaDecoderModel::~CudaDecoderModel() {
 
 namespace {
 
-absl::StatusOr<CudaDecoderModel::Layer> UploadLayer(const DecoderLayerWeights& lw, bool qk_norm) {
-  CudaDecoderModel::Layer l;
-  l.attn_norm = Floats(lw.attn_norm);
-  l.ffn_norm = Floats(lw.ffn_norm);
-  if (qk_norm) {
-    l.q_norm = Floats(lw.q_norm);
-    l.k_norm = Floats(lw.k_norm);
+absl::StatusOr<DeviceAttention> UploadAttention(const AttentionBlock& a) {
+  DeviceAttention d;
+  d.norm = Floats(a.norm);
+  if (a.has_qk_norm()) {
+    d.q_norm = Floats(a.q_norm);
+    d.k_norm = Floats(a.k_norm);
   }
-  DQ_ASSIGN_OR_RETURN(l.qkv, UploadGroup({&lw.q, &lw.k, &lw.v}));
-  DQ_ASSIGN_OR_RETURN(l.gate_up, UploadGroup({&lw.gate, &lw.up}));
-  DQ_ASSIGN_OR_RETURN(l.o, UploadLinear(lw.o));
-  DQ_ASSIGN_OR_RETURN(l.down, UploadLinear(lw.down));
+  DQ_ASSIGN_OR_RETURN(d.qkv, UploadGroup({&a.q, &a.k, &a.v}));
+  DQ_ASSIGN_OR_RETURN(d.o, UploadLinear(a.o));
+  d.kv_layer = a.kv_layer;
+  return d;
+}
+
+absl::StatusOr<DeviceMlp> UploadMlp(const MlpBlock& m) {
+  DeviceMlp d;
+  d.norm = Floats(m.norm);
+  DQ_ASSIGN_OR_RETURN(d.gate_up, UploadGroup({&m.gate, &m.up}));
+  DQ_ASSIGN_OR_RETURN(d.down, UploadLinear(m.down));
+  return d;
+}
+
+absl::StatusOr<CudaDecoderModel::Layer> UploadLayer(const ProgramLayer& pl) {
+  CudaDecoderModel::Layer l;
+  for (const Block& b : pl.blocks) {
+    if (const auto* a = std::get_if<AttentionBlock>(&b)) {
+      DQ_ASSIGN_OR_RETURN(DeviceAttention d, UploadAttention(*a));
+      l.blocks.emplace_back(std::move(d));
+    } else {
+      DQ_ASSIGN_OR_RETURN(DeviceMlp d, UploadMlp(std::get<MlpBlock>(b)));
+      l.blocks.emplace_back(std::move(d));
+    }
+  }
   return l;
 }
 
+// Each device linear of the layer (a fused qkv or gate|up counts once).
+template <typename Fn>
+void ForEachDeviceLinear(const CudaDecoderModel::Layer& l, Fn&& fn) {
+  for (const DeviceBlock& b : l.blocks) {
+    if (const auto* a = std::get_if<DeviceAttention>(&b)) {
+      for (const DeviceLinear& d : a->qkv) fn(d);
+      fn(a->o);
+    } else {
+      const DeviceMlp& m = std::get<DeviceMlp>(b);
+      for (const DeviceLinear& d : m.gate_up) fn(d);
+      fn(m.down);
+    }
+  }
+}
+
 int64_t LayerBytes(const CudaDecoderModel::Layer& l) {
-  return Bytes(l.qkv) + Bytes(l.gate_up) + l.o.device_bytes() + l.down.device_bytes();
+  int64_t n = 0;
+  ForEachDeviceLinear(l, [&](const DeviceLinear& d) { n += d.device_bytes(); });
+  return n;
 }
 
 // Adds the layer's linears to `stats`; `fp8_linears` counts those computing W8A8 in e4m3.
 void CountLinears(const CudaDecoderModel::Layer& l, CudaModelStats& stats, int& fp8_linears) {
-  auto count = [&](const DeviceLinear& d) {
+  ForEachDeviceLinear(l, [&](const DeviceLinear& d) {
     ++stats.layer_linears;
     stats.act_quantized_linears += QuantizesActivations(d.kind);
     fp8_linears += d.kind == LinearKind::kFp8;
-  };
-  for (const DeviceLinear& d : l.qkv) count(d);
-  for (const DeviceLinear& d : l.gate_up) count(d);
-  count(l.o);
-  count(l.down);
+  });
+  for (const DeviceBlock& b : l.blocks) {
+    if (const auto* a = std::get_if<DeviceAttention>(&b))
+      stats.fused_qkv_layers += a->qkv.size() == 1;
+    if (const auto* m = std::get_if<DeviceMlp>(&b))
+      stats.fused_gate_up_layers += m->gate_up.size() == 1;
+  }
 }
 
 }  // namespace
 
 absl::Status CudaDecoderModel::Upload(const DecoderModel& cpu,
                                       const CudaWeightPlacement& placement) {
-  const DecoderWeights& w = cpu.weights();
+  const ModelProgram& w = cpu.program();
   int fp8_linears = 0;
   if (placement.stream != nullptr) {
     DQ_ASSIGN_OR_RETURN(streamer_, WeightStreamer::Create(*placement.stream));
   }
-  for (const DecoderLayerWeights& lw : w.layers) {
+  for (const ProgramLayer& pl : w.layers) {
     // Streamed: each layer is uploaded as the resident model would hold it, its image kept by
     // the streamer, and its device memory freed before the next one.
-    DQ_ASSIGN_OR_RETURN(Layer l, UploadLayer(lw, config_.qk_norm));
-    stats_.fused_qkv_layers += l.qkv.size() == 1;
-    stats_.fused_gate_up_layers += l.gate_up.size() == 1;
+    DQ_ASSIGN_OR_RETURN(Layer l, UploadLayer(pl));
     CountLinears(l, stats_, fp8_linears);
     if (streamer_) {
       DQ_RETURN_IF_ERROR(streamer_->AddLayer(l));

@@ -93,6 +93,9 @@ struct SamplingBuffers {
 };
 
 class CudaDecoderModel;
+struct DeviceAttention;  // cuda_model_internal.h
+struct DeviceMlp;
+struct TapTarget;
 
 // Where a model's weights live, when not all resident in its own memory (offloaded
 // disaggregated prefill, docs/odp.md).
@@ -137,11 +140,12 @@ class CudaDecoderModel : public ForwardModel {
   const WeightStreamer* weight_streamer() const { return streamer_.get(); }
   // The decode batch sizes captured as CUDA graphs so far (tests: the graph path was taken);
   // with `row_split`, those of speculative verification passes (rows = tokens).
+  // A size captured with several tap sets is listed once per set.
   std::vector<int> captured_decode_batches(bool row_split = false) const {
     std::lock_guard lock(*mu_);
     std::vector<int> sizes;
     for (const auto& [key, exec] : graphs_) {
-      if (key.second == row_split) sizes.push_back(key.first);
+      if (key.row_split == row_split) sizes.push_back(key.seqs);
     }
     return sizes;
   }
@@ -159,16 +163,35 @@ class CudaDecoderModel : public ForwardModel {
   // Enqueues the pass up to the logits: a graph replay for small decode batches (returns true;
   // the logits are left in buf_->logits), else the layers and EnqueueLogits(plan, host_out).
   // Errors (a streamed layer that could not be read) leave nothing in flight.
-  absl::StatusOr<bool> Launch(const Plan& plan, const ForwardHooks& hooks, float* host_out) const;
+  // `taps`' layers are copied to *taps_out (TapTarget's layout) for DeliverTaps after the
+  // caller synchronizes.
+  absl::StatusOr<bool> Launch(const Plan& plan, const ForwardHooks& hooks, float* host_out,
+                              const TapSet& taps, float** taps_out) const;
+  // The pinned buffer a pass's taps land in (null without taps); a graphed pass's is fixed.
+  float* TapBuffer(const Plan& plan, const TapSet& taps, bool graph) const;
+  // Hands each tapped layer's rows to hooks.on_layer_output, in ascending layer order.
+  void DeliverTaps(const Plan& plan, const TapSet& taps, const float* out,
+                   const ForwardHooks& hooks) const;
   // Enqueues the pick of one token per row of buf_->logits and the ids' copy to the pinned
   // staging; the caller synchronizes and reads them with TakeSampledIds.
   void EnqueueSampling(std::span<const DeviceSampling> per_item) const;
   void TakeSampledIds(std::span<int32_t> out) const;
-  absl::Status EnqueueLayers(const Plan& plan, const ForwardHooks* hooks) const;
-  void EnqueueLayer(int l, const Layer& L, const Plan& plan, const ForwardHooks* hooks) const;
+  absl::Status EnqueueLayers(const Plan& plan, const ForwardHooks* hooks,
+                             const TapTarget& taps) const;
+  // A layer is its blocks, each enqueued by the kernels of its type.
+  void EnqueueLayer(const Layer& L, const Plan& plan, const ForwardHooks* hooks) const;
+  void EnqueueAttention(const DeviceAttention& a, const Plan& plan,
+                        const ForwardHooks* hooks) const;
+  // The attention of `q` over the cache (decode, prefill or FP8 prefill kernels, per `plan`).
+  void EnqueueAttentionCore(const Plan& plan, const __nv_bfloat16* q, int64_t q_stride,
+                            __nv_bfloat16* attn, const KvCacheLayer& cache) const;
+  void EnqueueMlp(const DeviceMlp& m, const Plan& plan) const;
+  // Whether `w` runs its row-invariant kernels in this pass (batch-invariant decode,
+  // speculative verification rows).
+  bool RowInvariant(const DeviceLinear& w, const Plan& plan) const;
   // Projects the wanted rows to logits; with `host_out`, copies each chunk back as it is done.
   void EnqueueLogits(const Plan& plan, float* host_out) const;
-  void RunDecodeGraph(const Plan& plan) const;
+  void RunDecodeGraph(const Plan& plan, const TapTarget& taps) const;
 
   ModelConfig config_;
   CudaBackendOptions options_;
@@ -197,8 +220,15 @@ class CudaDecoderModel : public ForwardModel {
   cudaStream_t stream_ = nullptr;
   std::shared_ptr<LinearContext> linear_;
   std::shared_ptr<Buffers> buf_;
-  // By (decode rows, row_split): a verification pass's linears differ (LinearArgs).
-  mutable std::map<std::pair<int, bool>, cudaGraphExec_t> graphs_;
+  // A captured decode step: a verification pass's linears differ (LinearArgs), and tapped
+  // layers add copies.
+  struct GraphKey {
+    int seqs = 0;
+    bool row_split = false;
+    std::vector<int> taps;
+    auto operator<=>(const GraphKey&) const = default;
+  };
+  mutable std::map<GraphKey, cudaGraphExec_t> graphs_;
   mutable std::unique_ptr<SamplingBuffers> sampling_;  // made on the first ForwardSample
 };
 

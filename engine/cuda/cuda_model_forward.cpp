@@ -140,14 +140,38 @@ void CudaDecoderModel::PlanFp8Attention(Plan* plan) const {
                         f.total_key_tiles <= b.fp8_key_tile_cap;
 }
 
-absl::StatusOr<bool> CudaDecoderModel::Launch(const Plan& plan, const ForwardHooks& hooks,
-                                              float* host_out) const {
-  const bool graph = plan.decode && options_.use_graphs && plan.seqs <= options_.max_graph_batch;
+float* CudaDecoderModel::TapBuffer(const Plan& plan, const TapSet& taps, bool graph) const {
+  if (taps.empty()) return nullptr;
+  Buffers& b = *buf_;
+  const int64_t hidden = config_.hidden_size;
   if (graph) {
-    RunDecodeGraph(plan);
+    // Fixed: a captured graph keeps the address it copied to.
+    if (b.graph_taps == nullptr) {
+      const size_t floats = size_t(config_.num_layers) * options_.max_graph_batch * hidden;
+      CUDA_CHECK(cudaMallocHost(&b.graph_taps, floats * 4));
+    }
+    return b.graph_taps;
+  }
+  const int64_t need = static_cast<int64_t>(taps.layers().size()) * plan.tokens * hidden;
+  if (need > b.host_taps_floats) {
+    if (b.host_taps != nullptr) CUDA_CHECK(cudaFreeHost(b.host_taps));
+    CUDA_CHECK(cudaMallocHost(&b.host_taps, need * 4));
+    b.host_taps_floats = need;
+  }
+  return b.host_taps;
+}
+
+absl::StatusOr<bool> CudaDecoderModel::Launch(const Plan& plan, const ForwardHooks& hooks,
+                                              float* host_out, const TapSet& taps,
+                                              float** taps_out) const {
+  const bool graph = plan.decode && options_.use_graphs && plan.seqs <= options_.max_graph_batch;
+  const TapTarget tap{&taps, TapBuffer(plan, taps, graph)};
+  *taps_out = tap.out;
+  if (graph) {
+    RunDecodeGraph(plan, tap);
     return true;
   }
-  absl::Status s = EnqueueLayers(plan, &hooks);
+  absl::Status s = EnqueueLayers(plan, &hooks, tap);
   if (!s.ok()) {
     // A streamed layer could not be read: drain what was enqueued so that nothing of this pass
     // runs on after the error (the next pass starts with idle streams and slots).
@@ -159,9 +183,16 @@ absl::StatusOr<bool> CudaDecoderModel::Launch(const Plan& plan, const ForwardHoo
   return false;
 }
 
+void CudaDecoderModel::DeliverTaps(const Plan& plan, const TapSet& taps, const float* out,
+                                   const ForwardHooks& hooks) const {
+  const int64_t rows = plan.tokens * config_.hidden_size;
+  for (size_t i = 0; i < taps.layers().size(); ++i) {
+    hooks.on_layer_output(taps.layers()[i], std::span<const float>(out + i * rows, rows));
+  }
+}
+
 absl::Status CudaDecoderModel::Forward(const Batch& batch, KvBlockPool& pool, ThreadPool&,
                                        BatchLogits* logits, const ForwardHooks& hooks) const {
-  DQ_RETURN_IF_ERROR(RefuseLayerOutputHook(hooks));
   std::lock_guard lock(*mu_);
   Buffers& b = *buf_;
   Plan plan;
@@ -174,7 +205,10 @@ absl::Status CudaDecoderModel::Forward(const Batch& batch, KvBlockPool& pool, Th
     logits->item_first_row.push_back(row);
     row += r.second;
   }
-  DQ_ASSIGN_OR_RETURN(const bool graph, Launch(plan, hooks, logits->values.data()));
+  const TapSet taps(hooks, config_.num_layers);
+  float* taps_out = nullptr;
+  DQ_ASSIGN_OR_RETURN(const bool graph,
+                      Launch(plan, hooks, logits->values.data(), taps, &taps_out));
   if (graph) {
     // Through pinned memory: a device-to-pageable copy is staged by the driver, much slower.
     CUDA_CHECK(cudaMemcpyAsync(b.host_logits, b.logits.get(), logits->values.size() * 4,
@@ -183,57 +217,77 @@ absl::Status CudaDecoderModel::Forward(const Batch& batch, KvBlockPool& pool, Th
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   if (graph) std::memcpy(logits->values.data(), b.host_logits, logits->values.size() * 4);
   for (const BatchItem& it : batch.items) it.kv->num_tokens += static_cast<int>(it.tokens.size());
+  DeliverTaps(plan, taps, taps_out, hooks);
   return absl::OkStatus();
 }
 
-absl::Status CudaDecoderModel::EnqueueLayers(const Plan& plan, const ForwardHooks* hooks) const {
+absl::Status CudaDecoderModel::EnqueueLayers(const Plan& plan, const ForwardHooks* hooks,
+                                             const TapTarget& taps) const {
   const Buffers& b = *buf_;
   if (streamer_) DQ_RETURN_IF_ERROR(streamer_->Begin(stream_));
   EmbeddingForward({embedding_.get<__nv_bfloat16>(), b.dev(b.ids), b.x.get<float>(), plan.tokens,
                     config_.hidden_size},
                    stream_);
+  const int64_t rows = plan.tokens * config_.hidden_size;
   for (int l = 0; l < config_.num_layers; ++l) {
     if (!streamer_) {
-      EnqueueLayer(l, layers_[l], plan, hooks);
-      continue;
+      EnqueueLayer(layers_[l], plan, hooks);
+    } else {
+      // The compute stream waits for the layer's slot; after its kernels the slot is refilled.
+      EnqueueLayer(streamer_->Acquire(l), plan, hooks);
+      DQ_RETURN_IF_ERROR(streamer_->Release(l));
     }
-    // The compute stream waits for the layer's slot; after its kernels the slot is refilled.
-    EnqueueLayer(l, streamer_->Acquire(l), plan, hooks);
-    DQ_RETURN_IF_ERROR(streamer_->Release(l));
+    const int slot = taps.taps != nullptr ? taps.taps->slot(l) : -1;
+    if (slot >= 0) {
+      CUDA_CHECK(cudaMemcpyAsync(taps.out + slot * rows, b.x.get<float>(), rows * 4,
+                                 cudaMemcpyDeviceToHost, stream_));
+    }
   }
   return absl::OkStatus();
 }
 
-void CudaDecoderModel::EnqueueLayer(int l, const Layer& L, const Plan& plan,
-                                    const ForwardHooks* hooks) const {
-  const ModelConfig& c = config_;
-  const Buffers& b = *buf_;
-  const int64_t T = plan.tokens;
-  const int64_t qkv_w = c.q_dim() + 2 * c.kv_dim();
-  auto* h = b.h.get<__nv_bfloat16>();
-  auto* qkv = b.qkv.get<__nv_bfloat16>();
-  auto* gu = b.gu.get<__nv_bfloat16>();
-  const KvCacheLayer cache = kv_->layer(l);
+bool CudaDecoderModel::RowInvariant(const DeviceLinear& w, const Plan& plan) const {
   // Verification rows computed as decode steps compute them (Plan::row_split): weight-only
   // linears at any m (decode steps take the same GEMV kernels up to 8 sequences). bf16 decode
   // steps use the GEMV for one sequence only (cuBLASLt from 2 on, which no row split can
   // reproduce): GEMV rows for a single sequence's verification, or for up to 8 rows.
+  if (plan.decode && options_.batch_invariant) return true;
   const bool one_item = plan.logit_rows.size() == 1;
-  auto inv = [&](const DeviceLinear& w) {
-    if (plan.decode && options_.batch_invariant) return true;
-    return plan.row_split && (w.kind == LinearKind::kWeightOnly || one_item || T <= 8);
-  };
-  RmsNormForward({b.x.get<float>(), nullptr, nullptr, nullptr, L.attn_norm.get<float>(), h, T,
+  return plan.row_split && (w.kind == LinearKind::kWeightOnly || one_item || plan.tokens <= 8);
+}
+
+void CudaDecoderModel::EnqueueLayer(const Layer& L, const Plan& plan,
+                                    const ForwardHooks* hooks) const {
+  for (const DeviceBlock& block : L.blocks) {
+    if (const auto* a = std::get_if<DeviceAttention>(&block)) {
+      EnqueueAttention(*a, plan, hooks);
+    } else {
+      EnqueueMlp(std::get<DeviceMlp>(block), plan);
+    }
+  }
+}
+
+void CudaDecoderModel::EnqueueAttention(const DeviceAttention& A, const Plan& plan,
+                                        const ForwardHooks* hooks) const {
+  const ModelConfig& c = config_;
+  const Buffers& b = *buf_;
+  const int64_t T = plan.tokens;
+  auto* h = b.h.get<__nv_bfloat16>();
+  auto* qkv = b.qkv.get<__nv_bfloat16>();
+  const KvCacheLayer cache = kv_->layer(A.kv_layer);
+  RmsNormForward({b.x.get<float>(), nullptr, nullptr, nullptr, A.norm.get<float>(), h, T,
                   c.hidden_size, c.rms_norm_eps},
                  stream_);
   // Fused: one [T, q|k|v] output. Separate: q, k, v each dense, one after another.
-  const bool fused = L.qkv.size() == 1;
+  const bool fused = A.qkv.size() == 1;
+  const int64_t qkv_w = c.q_dim() + 2 * c.kv_dim();
   __nv_bfloat16* q = qkv;
   __nv_bfloat16* k = fused ? qkv + c.q_dim() : qkv + T * c.q_dim();
   __nv_bfloat16* v = fused ? k + c.kv_dim() : k + T * c.kv_dim();
   __nv_bfloat16* outs[3] = {q, k, v};
-  for (size_t i = 0; i < L.qkv.size(); ++i) {
-    LinearForward(L.qkv[i], {h, T, outs[i], nullptr, inv(L.qkv[i])}, *linear_, stream_);
+  for (size_t i = 0; i < A.qkv.size(); ++i) {
+    LinearForward(A.qkv[i], {h, T, outs[i], nullptr, RowInvariant(A.qkv[i], plan)}, *linear_,
+                  stream_);
   }
   QkNormRopeArgs r;
   r.q = q;
@@ -241,8 +295,8 @@ void CudaDecoderModel::EnqueueLayer(int l, const Layer& L, const Plan& plan,
   r.v = v;
   r.q_stride = fused ? qkv_w : c.q_dim();
   r.k_stride = r.v_stride = fused ? qkv_w : c.kv_dim();
-  r.q_norm_weight = c.qk_norm ? L.q_norm.get<float>() : nullptr;
-  r.k_norm_weight = c.qk_norm ? L.k_norm.get<float>() : nullptr;
+  r.q_norm_weight = A.q_norm.bytes() > 0 ? A.q_norm.get<float>() : nullptr;
+  r.k_norm_weight = A.k_norm.bytes() > 0 ? A.k_norm.get<float>() : nullptr;
   r.positions = b.dev(b.positions);
   r.inv_freq = inv_freq_.get<float>();
   r.slot_mapping = b.dev(b.slots);
@@ -253,12 +307,22 @@ void CudaDecoderModel::EnqueueLayer(int l, const Layer& L, const Plan& plan,
   r.eps = c.rms_norm_eps;
   r.style = c.rope_style;
   QkNormRopeForward(r, cache, stream_);
-  if (hooks && hooks->on_layer_kv_written) hooks->on_layer_kv_written(l);
+  if (hooks && hooks->on_layer_kv_written) hooks->on_layer_kv_written(A.kv_layer);
   auto* attn = b.attn.get<__nv_bfloat16>();
+  EnqueueAttentionCore(plan, q, r.q_stride, attn, cache);
+  LinearForward(A.o, {attn, T, nullptr, b.x.get<float>(), RowInvariant(A.o, plan)}, *linear_,
+                stream_);
+}
+
+void CudaDecoderModel::EnqueueAttentionCore(const Plan& plan, const __nv_bfloat16* q,
+                                            int64_t q_stride, __nv_bfloat16* attn,
+                                            const KvCacheLayer& cache) const {
+  const ModelConfig& c = config_;
+  const Buffers& b = *buf_;
   if (plan.decode) {
     DecodeAttentionArgs a;
     a.q = q;
-    a.q_stride = r.q_stride;
+    a.q_stride = q_stride;
     a.out = attn;
     a.block_tables = b.dev(b.tables);
     a.max_blocks_per_seq = b.max_blocks;
@@ -271,55 +335,64 @@ void CudaDecoderModel::EnqueueLayer(int l, const Layer& L, const Plan& plan,
     a.fresh_span = plan.row_split;  // this pass wrote every drafted position, not just the last
     a.fixed_partition = options_.batch_invariant ? kDecodePartition : 0;
     DecodeAttentionForward(a, cache, stream_);
-  } else {
-    PrefillAttentionArgs a;
-    a.q = q;
-    a.q_stride = r.q_stride;
-    a.out = attn;
-    a.cu_seqlens = b.dev(b.cu_seqlens);
-    a.prefix_lens = b.dev(b.prefix);
-    a.block_tables = b.dev(b.tables);
-    a.max_blocks_per_seq = b.max_blocks;
-    a.num_seqs = plan.seqs;
-    a.num_heads = c.num_heads;
-    a.max_q_len = plan.max_q_len;
-    if (plan.fp8_attention) {
-      PrefillAttentionFp8Args f;
-      f.attn = a;
-      f.cu_q_tiles = b.dev(b.cu_q_tiles);
-      f.cu_key_tiles = b.dev(b.cu_key_tiles);
-      f.total_q_tiles = plan.fp8_q_tiles;
-      f.total_key_tiles = plan.fp8_key_tiles;
-      f.max_key_tiles = plan.fp8_max_key_tiles;
-      f.workspace = b.fp8_attn_ws.get();
-      f.workspace_bytes = b.fp8_attn_ws.bytes();
-      PrefillAttentionFp8Forward(f, cache, stream_);
-    } else {
-      PrefillAttentionForward(a, cache, stream_);
-    }
+    return;
   }
-  LinearForward(L.o, {attn, T, nullptr, b.x.get<float>(), inv(L.o)}, *linear_, stream_);
-  RmsNormForward({b.x.get<float>(), nullptr, nullptr, nullptr, L.ffn_norm.get<float>(), h, T,
+  PrefillAttentionArgs a;
+  a.q = q;
+  a.q_stride = q_stride;
+  a.out = attn;
+  a.cu_seqlens = b.dev(b.cu_seqlens);
+  a.prefix_lens = b.dev(b.prefix);
+  a.block_tables = b.dev(b.tables);
+  a.max_blocks_per_seq = b.max_blocks;
+  a.num_seqs = plan.seqs;
+  a.num_heads = c.num_heads;
+  a.max_q_len = plan.max_q_len;
+  if (!plan.fp8_attention) {
+    PrefillAttentionForward(a, cache, stream_);
+    return;
+  }
+  PrefillAttentionFp8Args f;
+  f.attn = a;
+  f.cu_q_tiles = b.dev(b.cu_q_tiles);
+  f.cu_key_tiles = b.dev(b.cu_key_tiles);
+  f.total_q_tiles = plan.fp8_q_tiles;
+  f.total_key_tiles = plan.fp8_key_tiles;
+  f.max_key_tiles = plan.fp8_max_key_tiles;
+  f.workspace = b.fp8_attn_ws.get();
+  f.workspace_bytes = b.fp8_attn_ws.bytes();
+  PrefillAttentionFp8Forward(f, cache, stream_);
+}
+
+void CudaDecoderModel::EnqueueMlp(const DeviceMlp& M, const Plan& plan) const {
+  const ModelConfig& c = config_;
+  const Buffers& b = *buf_;
+  const int64_t T = plan.tokens;
+  auto* h = b.h.get<__nv_bfloat16>();
+  auto* gu = b.gu.get<__nv_bfloat16>();
+  RmsNormForward({b.x.get<float>(), nullptr, nullptr, nullptr, M.norm.get<float>(), h, T,
                   c.hidden_size, c.rms_norm_eps},
                  stream_);
-  const bool gu_fused = L.gate_up.size() == 1;
+  const bool gu_fused = M.gate_up.size() == 1;
   const int64_t I = c.intermediate_size;
   __nv_bfloat16* gate = gu;
   __nv_bfloat16* up = gu_fused ? gu + I : gu + T * I;
   __nv_bfloat16* gu_outs[2] = {gate, up};
-  for (size_t i = 0; i < L.gate_up.size(); ++i) {
-    LinearForward(L.gate_up[i], {h, T, gu_outs[i], nullptr, inv(L.gate_up[i])}, *linear_, stream_);
+  for (size_t i = 0; i < M.gate_up.size(); ++i) {
+    LinearForward(M.gate_up[i], {h, T, gu_outs[i], nullptr, RowInvariant(M.gate_up[i], plan)},
+                  *linear_, stream_);
   }
   const int64_t gu_stride = gu_fused ? 2 * I : I;
-  if (!plan.decode && FusesSwiGlu(L.down)) {
+  const bool inv = RowInvariant(M.down, plan);
+  if (!plan.decode && FusesSwiGlu(M.down)) {
     // FP8 prefill: the SwiGLU is computed inside the down projection's activation quantizer.
-    LinearArgs down{nullptr, T, nullptr, b.x.get<float>(), inv(L.down)};
+    LinearArgs down{nullptr, T, nullptr, b.x.get<float>(), inv};
     down.swiglu = {gate, up, gu_stride};
-    LinearForward(L.down, down, *linear_, stream_);
+    LinearForward(M.down, down, *linear_, stream_);
     return;
   }
   SwiGluForward({gate, up, gu_stride, h, T, static_cast<int>(I)}, stream_);
-  LinearForward(L.down, {h, T, nullptr, b.x.get<float>(), inv(L.down)}, *linear_, stream_);
+  LinearForward(M.down, {h, T, nullptr, b.x.get<float>(), inv}, *linear_, stream_);
 }
 
 void CudaDecoderModel::EnqueueLogits(const Plan& plan, float* host_out) const {
@@ -360,17 +433,18 @@ void CudaDecoderModel::EnqueueLogits(const Plan& plan, float* host_out) const {
   }
 }
 
-void CudaDecoderModel::RunDecodeGraph(const Plan& plan) const {
-  const std::pair<int, bool> key{plan.seqs, plan.row_split};
+void CudaDecoderModel::RunDecodeGraph(const Plan& plan, const TapTarget& taps) const {
+  const GraphKey key{plan.seqs, plan.row_split,
+                     taps.taps ? taps.taps->layers() : std::vector<int>{}};
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
-    // The graph bakes in this batch size and the buffers' addresses; what changes between
-    // steps (token ids, positions, slots, block tables, context lengths) is read from `meta`,
-    // which the host refreshes before each launch.
+    // The graph bakes in this batch size, the tapped layers and the buffers' addresses; what
+    // changes between steps (token ids, positions, slots, block tables, context lengths) is read
+    // from `meta`, which the host refreshes before each launch.
     cudaGraph_t g;
     CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     // Resident layers only (Create turns graphs off for a streamed model): cannot fail.
-    if (!EnqueueLayers(plan, nullptr).ok()) std::abort();
+    if (!EnqueueLayers(plan, nullptr, taps).ok()) std::abort();
     EnqueueLogits(plan, nullptr);
     CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
     cudaGraphExec_t exec;

@@ -2,17 +2,37 @@
 #pragma once
 
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "engine/cuda/cuda_model.h"
 
 namespace dq::cuda {
 
-struct CudaDecoderModel::Layer {
-  DeviceBuffer attn_norm, ffn_norm, q_norm, k_norm;
+// The device image of the model program's blocks (model_program.h), with the CUDA backend's
+// fusions applied at upload: q|k|v and gate|up as one matrix where their storage allows.
+struct DeviceAttention {
+  DeviceBuffer norm, q_norm, k_norm;  // q_norm / k_norm empty: the block has none
   std::vector<DeviceLinear> qkv;      // one fused matrix, or q, k, v
+  DeviceLinear o;
+  int kv_layer = 0;
+};
+struct DeviceMlp {
+  DeviceBuffer norm;
   std::vector<DeviceLinear> gate_up;  // one fused matrix, or gate, up
-  DeviceLinear o, down;
+  DeviceLinear down;
+};
+using DeviceBlock = std::variant<DeviceAttention, DeviceMlp>;
+
+struct CudaDecoderModel::Layer {
+  std::vector<DeviceBlock> blocks;  // the program layer's blocks, in order
+};
+
+// Where one pass's taps (ForwardHooks::tap_layers) land: tapped layer `slot`'s rows at
+// out + slot * tokens * hidden, pinned host memory the pass copies into.
+struct TapTarget {
+  const TapSet* taps = nullptr;
+  float* out = nullptr;
 };
 
 // What one forward pass needs on the host: the batch flattened into the kernels' inputs.
@@ -44,6 +64,8 @@ struct CudaDecoderModel::Buffers {
   ~Buffers() {
     if (host_meta) cudaFreeHost(host_meta);
     if (host_logits) cudaFreeHost(host_logits);
+    if (host_taps) cudaFreeHost(host_taps);
+    if (graph_taps) cudaFreeHost(graph_taps);
   }
 
   int64_t cap_tokens = 0, cap_seqs = 0, cap_rows = 0;
@@ -59,6 +81,11 @@ struct CudaDecoderModel::Buffers {
   int fp8_q_tile_cap = 0, fp8_key_tile_cap = 0, fp8_seq_cap = 0;
   int32_t* host_meta = nullptr;  // pinned
   float* host_logits = nullptr;  // pinned, [max_graph_batch, vocab]: graphed decode steps' logits
+  // Taps (pinned): uncaptured passes' (grown as needed), and graphed passes' at a fixed address
+  // ([num_layers, max_graph_batch, hidden], made by the first graph with taps).
+  float* host_taps = nullptr;
+  int64_t host_taps_floats = 0;
+  float* graph_taps = nullptr;
   int32_t* dev(int64_t off) const { return meta.get<int32_t>() + off; }
 };
 

@@ -61,7 +61,6 @@ absl::Status CudaDecoderModel::ForwardSample(const Batch& batch, KvBlockPool& po
                                              std::span<const DeviceSampling> per_item,
                                              std::span<int32_t> out_tokens,
                                              const ForwardHooks& hooks) const {
-  DQ_RETURN_IF_ERROR(RefuseLayerOutputHook(hooks));
   if (per_item.size() != batch.items.size() || out_tokens.size() != batch.items.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ForwardSample: ", batch.items.size(), " batch items but ", per_item.size(),
@@ -85,11 +84,14 @@ absl::Status CudaDecoderModel::ForwardSample(const Batch& batch, KvBlockPool& po
     return absl::InternalError(absl::StrCat("ForwardSample: ", plan.num_logit_rows,
                                             " logits rows exceed the buffers' ", buf_->cap_rows));
   }
-  DQ_RETURN_IF_ERROR(Launch(plan, hooks, /*host_out=*/nullptr).status());
+  const TapSet taps(hooks, config_.num_layers);
+  float* taps_out = nullptr;
+  DQ_RETURN_IF_ERROR(Launch(plan, hooks, /*host_out=*/nullptr, taps, &taps_out).status());
   EnqueueSampling(per_item);
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   TakeSampledIds(out_tokens);
   for (const BatchItem& it : batch.items) it.kv->num_tokens += static_cast<int>(it.tokens.size());
+  DeliverTaps(plan, taps, taps_out, hooks);
   return absl::OkStatus();
 }
 

@@ -31,14 +31,26 @@ static_assert(sizeof(WeightOnlyFields) == sizeof(WeightOnlyWeights),
               "WeightOnlyWeights changed: update ViewLinear (layer_image.cpp)");
 static_assert(sizeof(LinearFields) == sizeof(DeviceLinear),
               "DeviceLinear changed: update ViewLinear (layer_image.cpp)");
+// The same for the blocks: a new buffer must join ForEachLayerBuffer and ViewLayerImage.
+struct AttentionFields {
+  DeviceBuffer norm, q_norm, k_norm;
+  std::vector<DeviceLinear> qkv;
+  DeviceLinear o;
+  int kv_layer;
+};
+struct MlpFields {
+  DeviceBuffer norm;
+  std::vector<DeviceLinear> gate_up;
+  DeviceLinear down;
+};
+static_assert(sizeof(AttentionFields) == sizeof(DeviceAttention),
+              "DeviceAttention changed: update ForEachLayerBuffer and ViewLayerImage");
+static_assert(sizeof(MlpFields) == sizeof(DeviceMlp),
+              "DeviceMlp changed: update ForEachLayerBuffer and ViewLayerImage");
 
 // Every device buffer of a layer, in the image's order.
 template <typename LayerT, typename Fn>
 void ForEachLayerBuffer(LayerT& l, Fn&& fn) {
-  fn(l.attn_norm);
-  fn(l.ffn_norm);
-  fn(l.q_norm);
-  fn(l.k_norm);
   auto linear = [&](auto& d) {
     fn(d.weight);
     fn(d.weight_scale);
@@ -46,10 +58,20 @@ void ForEachLayerBuffer(LayerT& l, Fn&& fn) {
     fn(d.weight_only.scales);
     fn(d.weight_only.aux);
   };
-  for (auto& d : l.qkv) linear(d);
-  for (auto& d : l.gate_up) linear(d);
-  linear(l.o);
-  linear(l.down);
+  for (auto& block : l.blocks) {
+    if (auto* a = std::get_if<DeviceAttention>(&block)) {
+      fn(a->norm);
+      fn(a->q_norm);
+      fn(a->k_norm);
+      for (auto& d : a->qkv) linear(d);
+      linear(a->o);
+    } else {
+      auto& m = std::get<DeviceMlp>(block);
+      fn(m.norm);
+      for (auto& d : m.gate_up) linear(d);
+      linear(m.down);
+    }
+  }
 }
 
 int64_t RoundUp(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
@@ -117,15 +139,27 @@ CudaDecoderModel::Layer ViewLayerImage(const CudaDecoderModel::Layer& shape,
     return DeviceBuffer::View(
         reinterpret_cast<void*>(base + static_cast<uintptr_t>(layout.offsets[k])), b.bytes());
   };
+  // In ForEachLayerBuffer's order.
   CudaDecoderModel::Layer v;
-  v.attn_norm = next(shape.attn_norm);
-  v.ffn_norm = next(shape.ffn_norm);
-  v.q_norm = next(shape.q_norm);
-  v.k_norm = next(shape.k_norm);
-  for (const DeviceLinear& d : shape.qkv) v.qkv.push_back(CopyLinear(d, next));
-  for (const DeviceLinear& d : shape.gate_up) v.gate_up.push_back(CopyLinear(d, next));
-  v.o = CopyLinear(shape.o, next);
-  v.down = CopyLinear(shape.down, next);
+  for (const DeviceBlock& block : shape.blocks) {
+    if (const auto* a = std::get_if<DeviceAttention>(&block)) {
+      DeviceAttention d;
+      d.norm = next(a->norm);
+      d.q_norm = next(a->q_norm);
+      d.k_norm = next(a->k_norm);
+      for (const DeviceLinear& x : a->qkv) d.qkv.push_back(CopyLinear(x, next));
+      d.o = CopyLinear(a->o, next);
+      d.kv_layer = a->kv_layer;
+      v.blocks.emplace_back(std::move(d));
+    } else {
+      const DeviceMlp& m = std::get<DeviceMlp>(block);
+      DeviceMlp d;
+      d.norm = next(m.norm);
+      for (const DeviceLinear& x : m.gate_up) d.gate_up.push_back(CopyLinear(x, next));
+      d.down = CopyLinear(m.down, next);
+      v.blocks.emplace_back(std::move(d));
+    }
+  }
   return v;
 }
 

@@ -40,8 +40,8 @@ absl::StatusOr<int64_t> Calibrate(const ForwardModel& resident, const ForwardMod
 }  // namespace
 
 bool SameEmbeddings(const DecoderModel& a, const DecoderModel& b) {
-  const DecoderWeights& x = a.weights();
-  const DecoderWeights& y = b.weights();
+  const ModelProgram& x = a.program();
+  const ModelProgram& y = b.program();
   return SameLinear(x.embedding, y.embedding) && SameLinear(x.lm_head, y.lm_head);
 }
 

@@ -163,11 +163,6 @@ absl::Status Generator::CheckSpeculation() const {
                      " drafter drafts in one step (", options_.drafter->max_draft_tokens(),
                      "); use --spec-k ", options_.drafter->max_draft_tokens(), " or less"));
   }
-  if (!options_.drafter->target_layers().empty() && runner_.backend() != "cpu") {
-    return absl::UnimplementedError(absl::StrCat(
-        "the ", name, " drafter reads the target's hidden states, which the ",
-        std::string(runner_.backend()), " backend does not expose yet; run with --device cpu"));
-  }
   if (!options_.drafter->deterministic()) {
     return absl::UnimplementedError(absl::StrCat(
         "the ", std::string(options_.drafter->name()),

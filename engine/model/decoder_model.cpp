@@ -25,26 +25,26 @@ bool PrefillShaped(const Batch& batch) {
 
 }  // namespace
 
-DecoderModel::DecoderModel(ModelConfig config, DecoderWeights weights)
-    : config_(std::move(config)), weights_(std::move(weights)) {
+DecoderModel::DecoderModel(ModelConfig config, ModelProgram program)
+    : config_(std::move(config)), program_(std::move(program)) {
   inv_freq_ = cpu::RopeInverseFrequencies(config_.head_dim, config_.rope_theta);
 }
 
 absl::Status DecoderModel::SetOptions(const DecoderModelOptions& options) {
   if (options.fp8_prefill_attention) {
-    for (size_t l = 0; l < weights_.layers.size(); ++l) {
-      const DecoderLayerWeights& w = weights_.layers[l];
-      for (const LinearWeight* m : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) {
-        if (m->mode == ComputeMode::kW8A8 && m->codec != nullptr && m->codec->scheme() == "fp8") {
-          continue;
-        }
-        return absl::InvalidArgumentError(absl::StrCat(
-            "FP8 prefill attention goes with FP8 linears, but layer ", l, " has a ",
-            m->codec ? std::string(m->codec->scheme()) : std::string(DTypeName(m->dtype)), " ",
-            ComputeModeName(m->mode),
-            " linear; use an fp8 checkpoint (dq-quantize --format fp8) with compute w8a8, or "
-            "exact (bf16) attention"));
-      }
+    const LinearWeight* bad = nullptr;
+    program_.ForEachLinear([&](const LinearWeight& m) {
+      const bool fp8 =
+          m.mode == ComputeMode::kW8A8 && m.codec != nullptr && m.codec->scheme() == "fp8";
+      if (!fp8 && bad == nullptr) bad = &m;
+    });
+    if (bad != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "FP8 prefill attention goes with FP8 linears, but the model has a ",
+          bad->codec ? std::string(bad->codec->scheme()) : std::string(DTypeName(bad->dtype)), " ",
+          ComputeModeName(bad->mode),
+          " linear; use an fp8 checkpoint (dq-quantize --format fp8) with compute w8a8, or "
+          "exact (bf16) attention"));
     }
   }
   options_ = options;
@@ -78,22 +78,21 @@ void DecoderModel::Embed(const Batch& batch, float* x) const {
   const int64_t hidden = config_.hidden_size;
   for (const BatchItem& it : batch.items) {
     for (int32_t t : it.tokens) {
-      DequantizeRow(weights_.embedding.dtype, weights_.embedding.row(t), x, hidden);
+      DequantizeRow(program_.embedding.dtype, program_.embedding.row(t), x, hidden);
       x += hidden;
     }
   }
 }
 
-void DecoderModel::AttentionBlock(int layer, const Batch& batch, Scratch& s, KvBlockPool& pool,
-                                  ThreadPool& threads) const {
-  const DecoderLayerWeights& w = weights_.layers[layer];
+void DecoderModel::RunAttention(int layer, const AttentionBlock& w, Scratch& s, KvBlockPool& pool,
+                                ThreadPool& threads) const {
   const ModelConfig& c = config_;
-  cpu::RmsNorm(s.x.data(), w.attn_norm.data(), s.m, c.hidden_size, c.rms_norm_eps, s.h.data());
+  cpu::RmsNorm(s.x.data(), w.norm.data(), s.m, c.hidden_size, c.rms_norm_eps, s.h.data());
   Observe(layer, LinearInput::kQkv, s.h, s.m, c.hidden_size);
   cpu::MatMul(w.q, s.h.data(), s.m, s.q.data(), threads);
   cpu::MatMul(w.k, s.h.data(), s.m, s.k.data(), threads);
   cpu::MatMul(w.v, s.h.data(), s.m, s.v.data(), threads);
-  if (c.qk_norm) {
+  if (w.has_qk_norm()) {
     cpu::RmsNorm(s.q.data(), w.q_norm.data(), s.m * c.num_heads, c.head_dim, c.rms_norm_eps,
                  s.q.data());
     cpu::RmsNorm(s.k.data(), w.k_norm.data(), s.m * c.num_kv_heads, c.head_dim, c.rms_norm_eps,
@@ -107,20 +106,19 @@ void DecoderModel::AttentionBlock(int layer, const Batch& batch, Scratch& s, KvB
     cpu::ApplyRope(kt, c.num_kv_heads, c.head_dim, at.position, inv_freq_.data(), c.rope_style);
     const int32_t block = at.seq->blocks[at.position / pool.block_size()];
     const int slot = at.position % pool.block_size();
-    std::copy_n(kt, c.kv_dim(), pool.key(layer, block, slot));
-    std::copy_n(s.v.data() + t * c.kv_dim(), c.kv_dim(), pool.value(layer, block, slot));
+    std::copy_n(kt, c.kv_dim(), pool.key(w.kv_layer, block, slot));
+    std::copy_n(s.v.data() + t * c.kv_dim(), c.kv_dim(), pool.value(w.kv_layer, block, slot));
   }
-  cpu::PagedAttention(pool, layer, s.tokens, s.q.data(), c.num_heads, s.attn.data(), threads,
+  cpu::PagedAttention(pool, w.kv_layer, s.tokens, s.q.data(), c.num_heads, s.attn.data(), threads,
                       s.attention);
   Observe(layer, LinearInput::kO, s.attn, s.m, c.q_dim());
   cpu::MatMul(w.o, s.attn.data(), s.m, s.h.data(), threads);
   cpu::AddInPlace(s.x.data(), s.h.data(), s.m * c.hidden_size);
 }
 
-void DecoderModel::MlpBlock(int layer, Scratch& s, ThreadPool& threads) const {
-  const DecoderLayerWeights& w = weights_.layers[layer];
+void DecoderModel::RunMlp(int layer, const MlpBlock& w, Scratch& s, ThreadPool& threads) const {
   const ModelConfig& c = config_;
-  cpu::RmsNorm(s.x.data(), w.ffn_norm.data(), s.m, c.hidden_size, c.rms_norm_eps, s.h.data());
+  cpu::RmsNorm(s.x.data(), w.norm.data(), s.m, c.hidden_size, c.rms_norm_eps, s.h.data());
   Observe(layer, LinearInput::kGateUp, s.h, s.m, c.hidden_size);
   cpu::MatMul(w.gate, s.h.data(), s.m, s.gate.data(), threads);
   cpu::MatMul(w.up, s.h.data(), s.m, s.up.data(), threads);
@@ -146,11 +144,11 @@ void DecoderModel::Logits(const Batch& batch, Scratch& s, ThreadPool& threads,
     }
     token += n;
   }
-  cpu::RmsNorm(rows.data(), weights_.final_norm.data(), n_rows, hidden, config_.rms_norm_eps,
+  cpu::RmsNorm(rows.data(), program_.final_norm.data(), n_rows, hidden, config_.rms_norm_eps,
                rows.data());
   out->vocab = config_.vocab_size;
   out->values.resize(n_rows * config_.vocab_size);
-  cpu::MatMul(weights_.lm_head, rows.data(), n_rows, out->values.data(), threads);
+  cpu::MatMul(program_.lm_head, rows.data(), n_rows, out->values.data(), threads);
 }
 
 absl::Status DecoderModel::Forward(const Batch& batch, KvBlockPool& pool, ThreadPool& threads,
@@ -174,11 +172,17 @@ absl::Status DecoderModel::Forward(const Batch& batch, KvBlockPool& pool, Thread
   }
   s.attention.fp8 = options_.fp8_prefill_attention && PrefillShaped(batch);
   Embed(batch, s.x.data());
-  for (int layer = 0; layer < c.num_layers; ++layer) {
-    AttentionBlock(layer, batch, s, pool, threads);
-    if (hooks.on_layer_kv_written) hooks.on_layer_kv_written(layer);
-    MlpBlock(layer, s, threads);
-    if (hooks.on_layer_output) hooks.on_layer_output(layer, s.x);
+  const TapSet taps(hooks, c.num_layers);
+  for (int layer = 0; layer < static_cast<int>(program_.layers.size()); ++layer) {
+    for (const Block& block : program_.layers[layer].blocks) {
+      if (const auto* a = std::get_if<AttentionBlock>(&block)) {
+        RunAttention(layer, *a, s, pool, threads);
+        if (hooks.on_layer_kv_written) hooks.on_layer_kv_written(a->kv_layer);
+      } else {
+        RunMlp(layer, std::get<MlpBlock>(block), s, threads);
+      }
+    }
+    if (taps.has(layer)) hooks.on_layer_output(layer, s.x);
   }
   for (const BatchItem& it : batch.items) it.kv->num_tokens += static_cast<int>(it.tokens.size());
   Logits(batch, s, threads, logits);

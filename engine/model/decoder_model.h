@@ -1,4 +1,4 @@
-// The forward pass of a Llama-family decoder on the CPU backend.
+// The CPU backend: executes a model program (model_program.h) block by block in fp32.
 #pragma once
 
 #include <functional>
@@ -7,9 +7,9 @@
 #include "common/thread_pool.h"
 #include "engine/kvcache/kv_block_pool.h"
 #include "engine/model/batch.h"
-#include "engine/model/decoder_weights.h"
 #include "engine/model/forward_model.h"
 #include "engine/model/model_config.h"
+#include "engine/model/model_program.h"
 
 namespace dq {
 
@@ -30,12 +30,13 @@ struct DecoderModelOptions {
 
 class DecoderModel : public ForwardModel {
  public:
-  DecoderModel(ModelConfig config, DecoderWeights weights);
+  // `program` must be finalized (ModelProgram::Finalize) and fit `config`'s shapes.
+  DecoderModel(ModelConfig config, ModelProgram program);
 
   const ModelConfig& config() const override { return config_; }
   std::string_view backend() const override { return "cpu"; }
-  // The bound weights (a device backend uploads its copy from these).
-  const DecoderWeights& weights() const { return weights_; }
+  // The program and its bound weights (a device backend uploads its copy from these).
+  const ModelProgram& program() const { return program_; }
   // Installs (or, with {}, removes) an observer of linear-layer inputs. Not thread-safe with
   // a concurrent Forward.
   void set_observer(LinearObserver observer) { observer_ = std::move(observer); }
@@ -54,13 +55,13 @@ class DecoderModel : public ForwardModel {
   struct Scratch;
   absl::Status Check(const Batch& batch, const KvBlockPool& pool) const;
   void Embed(const Batch& batch, float* x) const;
-  void AttentionBlock(int layer, const Batch& batch, Scratch& s, KvBlockPool& pool,
-                      ThreadPool& threads) const;
-  void MlpBlock(int layer, Scratch& s, ThreadPool& threads) const;
+  void RunAttention(int layer, const AttentionBlock& w, Scratch& s, KvBlockPool& pool,
+                    ThreadPool& threads) const;
+  void RunMlp(int layer, const MlpBlock& w, Scratch& s, ThreadPool& threads) const;
   void Logits(const Batch& batch, Scratch& s, ThreadPool& threads, BatchLogits* out) const;
 
   ModelConfig config_;
-  DecoderWeights weights_;
+  ModelProgram program_;
   void Observe(int layer, LinearInput which, const std::vector<float>& x, int64_t rows,
                int64_t n) const {
     if (observer_) observer_(layer, which, x.data(), rows, n);

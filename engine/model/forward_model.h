@@ -3,12 +3,14 @@
 // blocks the runner's KvBlockPool hands out.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 #include "common/thread_pool.h"
@@ -26,20 +28,40 @@ struct ForwardHooks {
   // the transfer overlaps the rest of the forward pass. On a device backend the KV write is
   // enqueued on the device stream at that point, not yet complete.
   std::function<void(int layer)> on_layer_kv_written;
-  // Called once per layer with that layer's output (the residual stream after its MLP) for every
-  // new token of the batch, in batch order: [tokens, hidden_size] fp32 on the host. A drafter
-  // conditioned on the target's hidden states (DFlash) copies the layers it reads from here.
-  // Empty: nothing is copied (the CPU backend only; a device backend refuses it).
+  // Taps: the outputs of the layers in `tap_layers` (the residual stream after the layer's last
+  // block) for every new token of the batch, in batch order: [tokens, hidden_size] fp32 on the
+  // host, one call per tapped layer in ascending order. A drafter conditioned on the target's
+  // hidden states (DFlash) copies the layers it reads from here. The CPU backend calls it between
+  // layers; a device backend copies only the tapped layers out and calls it once the pass has
+  // finished, before Forward returns. Layers outside [0, num_layers) are ignored.
+  std::vector<int> tap_layers;
   std::function<void(int layer, std::span<const float> hidden)> on_layer_output;
 };
 
-// What a backend without host hidden states answers to ForwardHooks::on_layer_output.
-inline absl::Status RefuseLayerOutputHook(const ForwardHooks& hooks) {
-  if (!hooks.on_layer_output) return absl::OkStatus();
-  return absl::UnimplementedError(
-      "this backend does not expose per-layer hidden states (needed by the dflash drafter); run "
-      "the target on the cpu backend, or use another drafter");
-}
+// The tapped layers of one pass (ForwardHooks::tap_layers), ascending and each once; empty
+// without an on_layer_output callback.
+class TapSet {
+ public:
+  TapSet(const ForwardHooks& hooks, int num_layers) {
+    if (!hooks.on_layer_output) return;
+    for (int l : hooks.tap_layers) {
+      if (l >= 0 && l < num_layers) layers_.push_back(l);
+    }
+    std::sort(layers_.begin(), layers_.end());
+    layers_.erase(std::unique(layers_.begin(), layers_.end()), layers_.end());
+  }
+  bool has(int layer) const { return std::binary_search(layers_.begin(), layers_.end(), layer); }
+  bool empty() const { return layers_.empty(); }
+  const std::vector<int>& layers() const { return layers_; }
+  // Which of the tapped layers `layer` is (its slot in a tap buffer); -1 when not tapped.
+  int slot(int layer) const {
+    auto it = std::lower_bound(layers_.begin(), layers_.end(), layer);
+    return it != layers_.end() && *it == layer ? static_cast<int>(it - layers_.begin()) : -1;
+  }
+
+ private:
+  std::vector<int> layers_;
+};
 
 // How one batch item's next token is drawn on the device: the CPU Sampler's parameters (no
 // penalties; see Sampler::DeviceSamplable) and the uniform the item's Sampler drew on the host

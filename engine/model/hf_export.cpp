@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "engine/checkpoint/gguf_file.h"
+#include "engine/model/architecture.h"
 
 namespace dq {
 namespace {
@@ -51,8 +52,9 @@ absl::Status WriteJson(const fs::path& path, const json& j) {
 }  // namespace
 
 json HfConfigJson(const ModelConfig& c) {
-  const bool qwen3 = c.architecture == "qwen3";
-  json j = {{"architectures", {qwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM"}},
+  const Architecture* arch = FindArchitecture(c.architecture);
+  const std::string hf_class = arch ? std::string(arch->hf_class) : c.architecture;
+  json j = {{"architectures", {hf_class}},
             {"model_type", c.architecture},
             {"vocab_size", c.vocab_size},
             {"hidden_size", c.hidden_size},

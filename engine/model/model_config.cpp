@@ -1,27 +1,19 @@
 #include "engine/model/model_config.h"
 
-#include "absl/strings/str_join.h"
 #include "engine/checkpoint/gguf_file.h"
+#include "engine/model/architecture.h"
 
 namespace dq {
 namespace {
 
-absl::Status UnknownArchitecture(const std::string& arch) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown model architecture '", arch,
-                   "'; this build supports: ", absl::StrJoin(SupportedArchitectures(), ", ")));
-}
-
-// HF names the class ("LlamaForCausalLM"); we name the graph.
-absl::StatusOr<std::string> ArchFromHf(const nlohmann::json& config) {
+// HF names the class ("LlamaForCausalLM") or the type ("llama"); we name the graph.
+absl::StatusOr<const Architecture*> ArchFromHf(const nlohmann::json& config) {
   std::string type = config.value("model_type", "");
   if (type.empty() && config.contains("architectures") && config["architectures"].is_array() &&
       !config["architectures"].empty()) {
     type = config["architectures"][0].get<std::string>();
   }
-  if (type == "llama" || type == "LlamaForCausalLM") return std::string("llama");
-  if (type == "qwen3" || type == "Qwen3ForCausalLM") return std::string("qwen3");
-  return UnknownArchitecture(type.empty() ? "(none given)" : type);
+  return RequireArchitecture(type.empty() ? "(none given)" : type);
 }
 
 std::vector<int32_t> IdList(const nlohmann::json& v) {
@@ -36,11 +28,6 @@ std::vector<int32_t> IdList(const nlohmann::json& v) {
 }
 
 }  // namespace
-
-const std::vector<std::string>& SupportedArchitectures() {
-  static const std::vector<std::string> kArchs = {"llama", "qwen3"};
-  return kArchs;
-}
 
 absl::Status ModelConfig::Validate() const {
   auto positive = [](int v, const char* name) -> absl::Status {
@@ -72,7 +59,8 @@ absl::Status ModelConfig::Validate() const {
 
 absl::StatusOr<ModelConfig> ModelConfigFromHfJson(const nlohmann::json& j) {
   ModelConfig c;
-  DQ_ASSIGN_OR_RETURN(c.architecture, ArchFromHf(j));
+  DQ_ASSIGN_OR_RETURN(const Architecture* arch, ArchFromHf(j));
+  c.architecture = std::string(arch->name);
   try {
     c.vocab_size = j.at("vocab_size").get<int>();
     c.hidden_size = j.at("hidden_size").get<int>();
@@ -110,8 +98,8 @@ absl::StatusOr<ModelConfig> ModelConfigFromHfJson(const nlohmann::json& j) {
     return absl::UnimplementedError(
         "config.json: rope_scaling is not supported yet; remove it or use a model without it");
   }
-  c.qk_norm = c.architecture == "qwen3";
   c.rope_style = j.value("dq_rope_interleaved", false) ? RopeStyle::kInterleaved : RopeStyle::kNeox;
+  arch->configure(c, /*gguf=*/false);
   DQ_ASSIGN_OR_RETURN(c.quant, QuantConfig::FromHfConfig(j));
   DQ_RETURN_IF_ERROR(c.Validate());
   return c;
@@ -119,9 +107,10 @@ absl::StatusOr<ModelConfig> ModelConfigFromHfJson(const nlohmann::json& j) {
 
 absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& g) {
   ModelConfig c;
-  DQ_ASSIGN_OR_RETURN(c.architecture, g.GetString("general.architecture"));
-  const std::string& a = c.architecture;
-  if (a != "llama" && a != "qwen3") return UnknownArchitecture(a);
+  DQ_ASSIGN_OR_RETURN(const std::string name, g.GetString("general.architecture"));
+  DQ_ASSIGN_OR_RETURN(const Architecture* arch, RequireArchitecture(name));
+  c.architecture = std::string(arch->name);
+  const std::string& a = name;  // the metadata keys' prefix
   auto get_int = [&](const std::string& key) { return g.GetInt(a + "." + key); };
   DQ_ASSIGN_OR_RETURN(int64_t hidden, get_int("embedding_length"));
   DQ_ASSIGN_OR_RETURN(int64_t ffn, get_int("feed_forward_length"));
@@ -146,9 +135,8 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& g) {
   c.vocab_size = vocab.ok() ? static_cast<int>(*vocab)
                             : (tokens.ok() ? static_cast<int>((*tokens)->size()) : 0);
   c.tie_word_embeddings = g.Find("output.weight") == nullptr;
-  c.qk_norm = a == "qwen3";
-  // llama.cpp permutes Llama's q/k rows for adjacent-pair RoPE; Qwen3 files keep HF's order.
-  c.rope_style = a == "llama" ? RopeStyle::kInterleaved : RopeStyle::kNeox;
+  c.rope_style = RopeStyle::kNeox;
+  arch->configure(c, /*gguf=*/true);
   auto bos = g.GetInt("tokenizer.ggml.bos_token_id");
   if (bos.ok()) c.bos_token_id = static_cast<int32_t>(*bos);
   auto eos = g.GetInt("tokenizer.ggml.eos_token_id");

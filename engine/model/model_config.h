@@ -18,7 +18,7 @@ class GgufFile;
 enum class RopeStyle { kNeox, kInterleaved };
 
 struct ModelConfig {
-  std::string architecture;  // "llama" or "qwen3"
+  std::string architecture;  // an Architecture::name (architecture.h)
   int vocab_size = 0;
   int hidden_size = 0;
   int intermediate_size = 0;
@@ -46,8 +46,5 @@ struct ModelConfig {
 absl::StatusOr<ModelConfig> ModelConfigFromHfJson(const nlohmann::json& config);
 // Reads `<arch>.*` GGUF metadata.
 absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& gguf);
-
-// Architectures this build can run.
-const std::vector<std::string>& SupportedArchitectures();
 
 }  // namespace dq

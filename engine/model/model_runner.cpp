@@ -4,44 +4,36 @@
 #include <vector>
 
 #include "common/logging.h"
-#include "engine/model/llama.h"
-#include "engine/model/qwen3.h"
+#include "engine/model/architecture.h"
 
 namespace dq {
 namespace {
 
-absl::StatusOr<DecoderWeights> LoadWeights(const Checkpoint& checkpoint,
-                                           const ModelConfig& config) {
-  if (config.architecture == "llama") return LoadLlamaWeights(checkpoint, config);
-  if (config.architecture == "qwen3") return LoadQwen3Weights(checkpoint, config);
-  return absl::InvalidArgumentError(
-      absl::StrCat("no model graph for architecture '", config.architecture, "'"));
-}
-
 // Sets every quantized layer's compute mode; the stored scheme must define it.
-absl::Status ApplyComputeMode(ComputeMode mode, DecoderWeights& w) {
-  for (DecoderLayerWeights& l : w.layers) {
-    for (LinearWeight* m : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) {
-      if (mode == ComputeMode::kWeightOnly) continue;
-      if (m->codec == nullptr || !m->codec->Supports(mode)) {
-        const std::string stored =
-            m->codec ? std::string(m->codec->scheme()) : std::string(DTypeName(m->dtype));
-        return absl::InvalidArgumentError(absl::StrCat(
-            "compute mode ", ComputeModeName(mode), " needs ",
-            mode == ComputeMode::kW8A8 ? "fp8" : "nvfp4", " weights, but this checkpoint's ",
-            "linear layers are ", stored, "; quantize it with dq-quantize or use weight_only"));
-      }
-      m->mode = mode;
+absl::Status ApplyComputeMode(ComputeMode mode, ModelProgram& program) {
+  if (mode == ComputeMode::kWeightOnly) return absl::OkStatus();
+  absl::Status status;
+  program.ForEachLinear([&](LinearWeight& m) {
+    if (!status.ok()) return;
+    if (m.codec == nullptr || !m.codec->Supports(mode)) {
+      const std::string stored =
+          m.codec ? std::string(m.codec->scheme()) : std::string(DTypeName(m.dtype));
+      status = absl::InvalidArgumentError(absl::StrCat(
+          "compute mode ", ComputeModeName(mode), " needs ",
+          mode == ComputeMode::kW8A8 ? "fp8" : "nvfp4", " weights, but this checkpoint's ",
+          "linear layers are ", stored, "; quantize it with dq-quantize or use weight_only"));
+      return;
     }
-  }
-  return absl::OkStatus();
+    m.mode = mode;
+  });
+  return status;
 }
 
 absl::StatusOr<std::shared_ptr<DecoderModel>> BuildModel(const PhaseWeights& p) {
   DQ_RETURN_IF_ERROR(p.config->Validate());
-  DQ_ASSIGN_OR_RETURN(DecoderWeights weights, LoadWeights(*p.checkpoint, *p.config));
-  DQ_RETURN_IF_ERROR(ApplyComputeMode(p.mode, weights));
-  return std::make_shared<DecoderModel>(*p.config, std::move(weights));
+  DQ_ASSIGN_OR_RETURN(ModelProgram program, BindModelProgram(*p.checkpoint, *p.config));
+  DQ_RETURN_IF_ERROR(ApplyComputeMode(p.mode, program));
+  return std::make_shared<DecoderModel>(*p.config, std::move(program));
 }
 
 absl::Status CheckSameKvLayout(const ModelConfig& a, const ModelConfig& b) {
@@ -81,7 +73,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   }
   const ModelConfig& config = *decode.config;
   KvCacheOptions kv;
-  kv.num_layers = config.num_layers;
+  kv.num_layers = decode_model->program().state().kv_layers;  // what the blocks declare
   kv.num_kv_heads = config.num_kv_heads;
   kv.head_dim = config.head_dim;
   kv.block_size = options.kv_block_size;

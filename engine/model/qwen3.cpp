@@ -1,24 +1,29 @@
 #include "engine/model/qwen3.h"
 
-#include "engine/model/llama.h"
-#include "engine/model/weight_binder.h"
-
 namespace dq {
+namespace {
 
-absl::StatusOr<DecoderWeights> LoadQwen3Weights(const Checkpoint& checkpoint,
-                                                const ModelConfig& config) {
-  const WeightBinder binder(checkpoint, config.quant);
-  const TensorNames names(checkpoint.format() == "gguf");
-  DecoderWeights w;
-  DQ_RETURN_IF_ERROR(BindEmbeddingsAndHead(binder, names, config, &w));
-  w.layers.resize(config.num_layers);
-  for (int i = 0; i < config.num_layers; ++i) {
-    DecoderLayerWeights& l = w.layers[i];
-    DQ_RETURN_IF_ERROR(BindLlamaLayer(binder, names, config, i, &l));
-    DQ_ASSIGN_OR_RETURN(l.q_norm, binder.Vector(names.Layer(i, "attn_q_norm"), config.head_dim));
-    DQ_ASSIGN_OR_RETURN(l.k_norm, binder.Vector(names.Layer(i, "attn_k_norm"), config.head_dim));
+// GGUF files of Qwen3 keep HF's (i, i + d/2) RoPE pairing.
+void Configure(ModelConfig& c, bool /*gguf*/) { c.qk_norm = true; }
+
+absl::StatusOr<ModelProgram> Bind(const WeightBinder& binder, const TensorNames& names,
+                                  const ModelConfig& c) {
+  ModelProgram p;
+  DQ_RETURN_IF_ERROR(BindEmbeddingsAndHead(binder, names, c, &p));
+  for (int i = 0; i < c.num_layers; ++i) {
+    DQ_ASSIGN_OR_RETURN(AttentionBlock a, BindAttentionBlock(binder, names, c, i, true));
+    DQ_ASSIGN_OR_RETURN(MlpBlock m, BindMlpBlock(binder, names, c, i));
+    p.layers.push_back(AttentionMlpLayer(std::move(a), std::move(m)));
   }
-  return w;
+  return p;
+}
+
+}  // namespace
+
+const Architecture& Qwen3Architecture() {
+  static const Architecture kQwen3{
+      "qwen3", {"qwen3", "Qwen3ForCausalLM"}, "Qwen3ForCausalLM", &Configure, &Bind};
+  return kQwen3;
 }
 
 }  // namespace dq

@@ -5,7 +5,7 @@
 
 #include "engine/checkpoint/open_checkpoint.h"
 #include "engine/cpu/cpu_ops.h"
-#include "engine/model/llama.h"
+#include "engine/model/architecture.h"
 #include "engine/model/tensor_names.h"
 #include "engine/model/weight_binder.h"
 #include "engine/quant/ggml_blocks.h"
@@ -23,16 +23,14 @@ absl::StatusOr<DFlashWeights> BindWeights(const Checkpoint& draft, const DFlashC
   DQ_ASSIGN_OR_RETURN(w.hidden_norm, binder.Vector("hidden_norm.weight", lc.hidden_size));
   DQ_ASSIGN_OR_RETURN(w.norm, binder.Vector("norm.weight", lc.hidden_size));
   const TensorNames names(/*gguf=*/false, "layers.");
-  w.layers.resize(lc.num_layers);
   for (int i = 0; i < lc.num_layers; ++i) {
-    DecoderLayerWeights& l = w.layers[i];
-    DQ_RETURN_IF_ERROR(BindLlamaLayer(binder, names, lc, i, &l));
-    DQ_ASSIGN_OR_RETURN(l.q_norm, binder.Vector(names.Layer(i, "attn_q_norm"), lc.head_dim));
-    DQ_ASSIGN_OR_RETURN(l.k_norm, binder.Vector(names.Layer(i, "attn_k_norm"), lc.head_dim));
+    DQ_ASSIGN_OR_RETURN(AttentionBlock a, BindAttentionBlock(binder, names, lc, i, true));
+    DQ_ASSIGN_OR_RETURN(MlpBlock m, BindMlpBlock(binder, names, lc, i));
+    w.layers.push_back(AttentionMlpLayer(std::move(a), std::move(m)));
   }
   // The target's embeddings, lm_head and final norm, where its own forward pass reads them.
   const WeightBinder target_binder(target, tc.quant);
-  DecoderWeights tw;
+  ModelProgram tw;
   DQ_RETURN_IF_ERROR(
       BindEmbeddingsAndHead(target_binder, TensorNames(target.format() == "gguf"), tc, &tw));
   if (tw.embedding.codec != nullptr) {
@@ -258,7 +256,7 @@ void DFlashDrafter::ProjectFeatures(const float* features, int64_t rows, Scratch
 void DFlashDrafter::WriteKv(int layer, const float* in, int64_t rows, const RowPositions& where,
                             Scratch& s) {
   if (rows == 0) return;
-  const DecoderLayerWeights& w = weights_.layers[layer];
+  const AttentionBlock& w = *FindBlock<AttentionBlock>(weights_.layers[layer]);
   const ModelConfig& c = config_.layers;
   cpu::MatMul(w.k, in, rows, s.k.data(), threads_);
   cpu::MatMul(w.v, in, rows, s.v.data(), threads_);
@@ -276,10 +274,11 @@ void DFlashDrafter::WriteKv(int layer, const float* in, int64_t rows, const RowP
 }
 
 void DFlashDrafter::Layer(int layer, Scratch& s) {
-  const DecoderLayerWeights& w = weights_.layers[layer];
+  const AttentionBlock& w = *FindBlock<AttentionBlock>(weights_.layers[layer]);
+  const MlpBlock& f = *FindBlock<MlpBlock>(weights_.layers[layer]);
   const ModelConfig& c = config_.layers;
   const int64_t m = s.block_rows;
-  cpu::RmsNorm(s.x.data(), w.attn_norm.data(), m, c.hidden_size, c.rms_norm_eps, s.h.data());
+  cpu::RmsNorm(s.x.data(), w.norm.data(), m, c.hidden_size, c.rms_norm_eps, s.h.data());
   cpu::MatMul(w.q, s.h.data(), m, s.q.data(), threads_);
   cpu::RmsNorm(s.q.data(), w.q_norm.data(), m * c.num_heads, c.head_dim, c.rms_norm_eps,
                s.q.data());
@@ -293,11 +292,11 @@ void DFlashDrafter::Layer(int layer, Scratch& s) {
   cpu::PagedAttention(pool_, layer, s.queries, s.q.data(), c.num_heads, s.attn.data(), threads_);
   cpu::MatMul(w.o, s.attn.data(), m, s.h.data(), threads_);
   cpu::AddInPlace(s.x.data(), s.h.data(), m * c.hidden_size);
-  cpu::RmsNorm(s.x.data(), w.ffn_norm.data(), m, c.hidden_size, c.rms_norm_eps, s.h.data());
-  cpu::MatMul(w.gate, s.h.data(), m, s.gate.data(), threads_);
-  cpu::MatMul(w.up, s.h.data(), m, s.up.data(), threads_);
+  cpu::RmsNorm(s.x.data(), f.norm.data(), m, c.hidden_size, c.rms_norm_eps, s.h.data());
+  cpu::MatMul(f.gate, s.h.data(), m, s.gate.data(), threads_);
+  cpu::MatMul(f.up, s.h.data(), m, s.up.data(), threads_);
   cpu::SiluMulInPlace(s.gate.data(), s.up.data(), m * c.intermediate_size);
-  cpu::MatMul(w.down, s.gate.data(), m, s.h.data(), threads_);
+  cpu::MatMul(f.down, s.gate.data(), m, s.h.data(), threads_);
   cpu::AddInPlace(s.x.data(), s.h.data(), m * c.hidden_size);
 }
 

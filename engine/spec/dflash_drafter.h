@@ -20,7 +20,7 @@
 #include "common/thread_pool.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/kvcache/kv_block_pool.h"
-#include "engine/model/decoder_weights.h"
+#include "engine/model/model_program.h"
 #include "engine/spec/dflash_config.h"
 #include "engine/spec/drafter.h"
 
@@ -38,7 +38,9 @@ struct DFlashWeights {
   LinearWeight fc;  // [hidden, target layers * hidden]
   std::vector<float> hidden_norm;
   std::vector<float> norm;
-  std::vector<DecoderLayerWeights> layers;
+  // Its layers as a model program's (attention + MLP, q/k norms); their attention runs
+  // non-causally over the context and the block (see the class comment).
+  std::vector<ProgramLayer> layers;
   LinearWeight embedding;        // the target's [vocab, hidden]
   LinearWeight lm_head;          // the target's [vocab, hidden]
   std::vector<float> last_norm;  // the target's final norm (see DFlashDrafter::ObserveTarget)

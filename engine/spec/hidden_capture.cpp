@@ -15,6 +15,9 @@ HiddenCapture::HiddenCapture(std::span<const int> layers, int num_layers, int hi
 ForwardHooks HiddenCapture::Hooks() {
   ForwardHooks hooks;
   if (active()) {
+    for (int l = 0; l < static_cast<int>(slots_.size()); ++l) {
+      if (!slots_[l].empty()) hooks.tap_layers.push_back(l);
+    }
     hooks.on_layer_output = [this](int layer, std::span<const float> h) { OnLayer(layer, h); };
   }
   return hooks;

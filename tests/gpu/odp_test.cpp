@@ -92,30 +92,32 @@ void PrintTo(const Format& f, std::ostream* os) {
 // Random weights in `f`; the embedding and lm_head depend on `seed` only, like two checkpoints
 // of one model keeping them in bf16.
 DecoderModel MakeModel(const ModelConfig& c, const Format& f, uint64_t seed) {
-  DecoderWeights w;
+  ModelProgram w;
   uint64_t s = seed * 1000;
   for (int l = 0; l < c.num_layers; ++l) {
-    DecoderLayerWeights L;
-    L.attn_norm = RandomFloats(c.hidden_size, ++s, 0.2f);
-    for (float& x : L.attn_norm) x += 1.0f;
-    L.ffn_norm = L.attn_norm;
-    L.q_norm.assign(c.head_dim, 1.0f);
-    L.k_norm.assign(c.head_dim, 0.9f);
+    AttentionBlock a;
+    MlpBlock f2;
+    a.norm = RandomFloats(c.hidden_size, ++s, 0.2f);
+    for (float& x : a.norm) x += 1.0f;
+    f2.norm = a.norm;
+    a.q_norm.assign(c.head_dim, 1.0f);
+    a.k_norm.assign(c.head_dim, 0.9f);
     auto m = [&](int64_t out, int64_t in) {
       return Quantized(f.scheme, f.mode, f.group, out, in, ++s + 77 * f.scheme.size());
     };
-    L.q = m(c.q_dim(), c.hidden_size);
-    L.k = m(c.kv_dim(), c.hidden_size);
-    L.v = m(c.kv_dim(), c.hidden_size);
-    L.o = m(c.hidden_size, c.q_dim());
-    L.gate = m(c.intermediate_size, c.hidden_size);
-    L.up = m(c.intermediate_size, c.hidden_size);
-    L.down = m(c.hidden_size, c.intermediate_size);
-    w.layers.push_back(std::move(L));
+    a.q = m(c.q_dim(), c.hidden_size);
+    a.k = m(c.kv_dim(), c.hidden_size);
+    a.v = m(c.kv_dim(), c.hidden_size);
+    a.o = m(c.hidden_size, c.q_dim());
+    f2.gate = m(c.intermediate_size, c.hidden_size);
+    f2.up = m(c.intermediate_size, c.hidden_size);
+    f2.down = m(c.hidden_size, c.intermediate_size);
+    w.layers.push_back(AttentionMlpLayer(std::move(a), std::move(f2)));
   }
   w.embedding = Bf16Matrix(c.vocab_size, c.hidden_size, seed + 1);
   w.lm_head = Bf16Matrix(c.vocab_size, c.hidden_size, seed + 2);
   w.final_norm.assign(c.hidden_size, 1.0f);
+  w.Finalize();
   return DecoderModel(c, std::move(w));
 }
 

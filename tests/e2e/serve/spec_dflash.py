@@ -55,21 +55,11 @@ def bad_setups(work, drafter, foreign):
                           foreign], "its hidden size is", "dq-decode, drafter of another target")
     refuses("dq-prefill", ["--model", TINY, *port, "--speculative", "dflash", "--draft-weights",
                            foreign], "its hidden size is", "dq-prefill, drafter of another target")
-    for binary in ("dq-decode", "dq-prefill"):
-        refuses(binary, ["--model", TINY, *port, "--device", "cuda", "--speculative", "dflash",
-                         "--draft-weights", drafter], "only the cpu backend",
-                f"{binary} --device cuda --speculative dflash")
     refuses("dq-decode", ["--model", TINY, *port, "--speculative", "dflash"],
             "needs --draft-weights", "dq-decode --speculative dflash without weights")
     refuses("dq-prefill", ["--model", TINY, *port, "--speculative", "dflash", "--draft-weights",
                            drafter, "--draft-group-size", "32"], "no --draft-format/--draft-group",
             "dq-prefill --speculative dflash with a group size")
-    cfg = os.path.join(work, "cuda.toml")
-    with open(cfg, "w") as f:
-        f.write(f'model = "{TINY}"\n[decode]\ndevice = "cuda"\nspeculative = "dflash"\n'
-                f'draft_weights = "{drafter}"\n')
-    refuses("dqserve", ["up", "--config", cfg], "only the cpu backend",
-            "dqserve up, dflash on cuda")
 
 
 def per_request(log):

@@ -54,16 +54,17 @@ TEST(DeployConfig, DecodeSpeculation) {
   EXPECT_EQ(c->decode.speculative, "ngram");
   EXPECT_EQ(c->decode.spec_k, 6);
   ExpectError("model = \"m\"\n[decode]\nspeculative = \"eagle\"\n", "speculative must be");
-  // DFlash: its directory only, and CPU workers (the CUDA backend has no hidden-state hook).
+  // DFlash: its directory only; any device (both backends tap the target's hidden states).
   ExpectError("model = \"m\"\n[decode]\nspeculative = \"dflash\"\n", "needs draft_weights");
   ExpectError(
       "model = \"m\"\n[decode]\nspeculative = \"dflash\"\ndraft_weights = \"d\"\n"
       "draft_format = \"int4\"\n",
       "no draft_format");
-  ExpectError(
-      "model = \"m\"\n[decode]\nspeculative = \"dflash\"\ndraft_weights = \"d\"\n"
-      "device = \"cuda\"\n",
-      "only the cpu backend");
+  auto on_cuda = ParseDeployConfig(
+      "model = \"m\"\n[prefill]\ndevice = \"cuda\"\n[decode]\nspeculative = \"dflash\"\n"
+      "draft_weights = \"d\"\ndevice = \"cuda\"\n",
+      "/base");
+  EXPECT_TRUE(on_cuda.ok()) << on_cuda.status();
   auto dflash = ParseDeployConfig(
       "model = \"m\"\n[decode]\nspeculative = \"dflash\"\ndraft_weights = \"d\"\n", "/base");
   ASSERT_TRUE(dflash.ok()) << dflash.status();

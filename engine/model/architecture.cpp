@@ -1,0 +1,92 @@
+#include "engine/model/architecture.h"
+
+#include "absl/strings/str_join.h"
+#include "engine/model/llama.h"
+#include "engine/model/qwen3.h"
+
+namespace dq {
+
+std::span<const Architecture* const> Architectures() {
+  static const Architecture* const kAll[] = {&LlamaArchitecture(), &Qwen3Architecture()};
+  return kAll;
+}
+
+const Architecture* FindArchitecture(std::string_view name) {
+  for (const Architecture* a : Architectures()) {
+    if (a->name == name) return a;
+    for (std::string_view hf : a->hf_names) {
+      if (hf == name) return a;
+    }
+  }
+  return nullptr;
+}
+
+absl::StatusOr<const Architecture*> RequireArchitecture(std::string_view name) {
+  if (const Architecture* a = FindArchitecture(name)) return a;
+  std::vector<std::string> names;
+  for (const Architecture* a : Architectures()) names.emplace_back(a->name);
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown model architecture '", std::string(name),
+                   "'; this build supports: ", absl::StrJoin(names, ", ")));
+}
+
+absl::StatusOr<ModelProgram> BindModelProgram(const Checkpoint& checkpoint,
+                                              const ModelConfig& config) {
+  DQ_ASSIGN_OR_RETURN(const Architecture* arch, RequireArchitecture(config.architecture));
+  const WeightBinder binder(checkpoint, config.quant);
+  const TensorNames names(checkpoint.format() == "gguf");
+  DQ_ASSIGN_OR_RETURN(ModelProgram program, arch->bind(binder, names, config));
+  const SequenceStateSpec state = program.Finalize();
+  if (state.kv_layers != config.num_layers) {
+    return absl::InternalError(absl::StrCat("the ", std::string(arch->name), " program declares ",
+                                            state.kv_layers, " KV layers for ", config.num_layers,
+                                            " layers; the KV cache is sized per layer"));
+  }
+  return program;
+}
+
+absl::StatusOr<AttentionBlock> BindAttentionBlock(const WeightBinder& binder,
+                                                  const TensorNames& names, const ModelConfig& c,
+                                                  int i, bool qk_norm) {
+  auto name = [&](const char* role) { return names.Layer(i, role); };
+  AttentionBlock a;
+  DQ_ASSIGN_OR_RETURN(a.norm, binder.Vector(name("attn_norm"), c.hidden_size));
+  DQ_ASSIGN_OR_RETURN(a.q, binder.Matrix(name("attn_q"), c.q_dim(), c.hidden_size));
+  DQ_ASSIGN_OR_RETURN(a.k, binder.Matrix(name("attn_k"), c.kv_dim(), c.hidden_size));
+  DQ_ASSIGN_OR_RETURN(a.v, binder.Matrix(name("attn_v"), c.kv_dim(), c.hidden_size));
+  DQ_ASSIGN_OR_RETURN(a.o, binder.Matrix(name("attn_output"), c.hidden_size, c.q_dim()));
+  if (qk_norm) {
+    DQ_ASSIGN_OR_RETURN(a.q_norm, binder.Vector(name("attn_q_norm"), c.head_dim));
+    DQ_ASSIGN_OR_RETURN(a.k_norm, binder.Vector(name("attn_k_norm"), c.head_dim));
+  }
+  return a;
+}
+
+absl::StatusOr<MlpBlock> BindMlpBlock(const WeightBinder& binder, const TensorNames& names,
+                                      const ModelConfig& c, int i) {
+  auto name = [&](const char* role) { return names.Layer(i, role); };
+  MlpBlock m;
+  DQ_ASSIGN_OR_RETURN(m.norm, binder.Vector(name("ffn_norm"), c.hidden_size));
+  DQ_ASSIGN_OR_RETURN(m.gate, binder.Matrix(name("ffn_gate"), c.intermediate_size, c.hidden_size));
+  DQ_ASSIGN_OR_RETURN(m.up, binder.Matrix(name("ffn_up"), c.intermediate_size, c.hidden_size));
+  DQ_ASSIGN_OR_RETURN(m.down, binder.Matrix(name("ffn_down"), c.hidden_size, c.intermediate_size));
+  return m;
+}
+
+absl::Status BindEmbeddingsAndHead(const WeightBinder& binder, const TensorNames& names,
+                                   const ModelConfig& c, ModelProgram* w) {
+  DQ_ASSIGN_OR_RETURN(w->embedding, binder.Matrix(names.Embedding(), c.vocab_size, c.hidden_size));
+  DQ_ASSIGN_OR_RETURN(w->final_norm, binder.Vector(names.FinalNorm(), c.hidden_size));
+  // Some tied checkpoints still store lm_head; an untied one must.
+  if (binder.Has(names.LmHead())) {
+    DQ_ASSIGN_OR_RETURN(w->lm_head, binder.Matrix(names.LmHead(), c.vocab_size, c.hidden_size));
+  } else if (c.tie_word_embeddings) {
+    w->lm_head = w->embedding;
+  } else {
+    return absl::NotFoundError(absl::StrCat("checkpoint has no '", names.LmHead(),
+                                            "' and the config does not tie embeddings"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dq

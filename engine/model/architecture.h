@@ -1,0 +1,52 @@
+// An architecture: how its config is read and which model program its checkpoint binds to. Each
+// architecture file (engine/model/<arch>.cpp) defines one; architecture.cpp lists them, and
+// nothing else names an architecture. Adding one touches no backend unless it needs a new block.
+#pragma once
+
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/model/model_config.h"
+#include "engine/model/model_program.h"
+#include "engine/model/tensor_names.h"
+#include "engine/model/weight_binder.h"
+
+namespace dq {
+
+struct Architecture {
+  std::string_view name;  // ModelConfig::architecture and GGUF's general.architecture
+  // HF config.json's model_type and architectures[0] values that mean this architecture.
+  std::vector<std::string_view> hf_names;
+  std::string_view hf_class;  // what an HF export writes as architectures[0]
+  // Facts the architecture fixes in its config (qk_norm; the RoPE pairing GGUF files use).
+  void (*configure)(ModelConfig& config, bool gguf) = nullptr;
+  // Binds the checkpoint's tensors into the program's blocks (weights stay in the mapping).
+  absl::StatusOr<ModelProgram> (*bind)(const WeightBinder& binder, const TensorNames& names,
+                                       const ModelConfig& config) = nullptr;
+};
+
+// Every architecture this build runs.
+std::span<const Architecture* const> Architectures();
+// By name or by an HF name; null when unknown.
+const Architecture* FindArchitecture(std::string_view name);
+// FindArchitecture or an InvalidArgument error that lists the supported names.
+absl::StatusOr<const Architecture*> RequireArchitecture(std::string_view name);
+
+// Binds `config.architecture`'s program from `checkpoint` (GGUF or HF names) and finalizes it.
+absl::StatusOr<ModelProgram> BindModelProgram(const Checkpoint& checkpoint,
+                                              const ModelConfig& config);
+
+// Blocks several architectures share, bound from the Llama-family tensor names.
+absl::StatusOr<AttentionBlock> BindAttentionBlock(const WeightBinder& binder,
+                                                  const TensorNames& names,
+                                                  const ModelConfig& config, int layer,
+                                                  bool qk_norm);
+absl::StatusOr<MlpBlock> BindMlpBlock(const WeightBinder& binder, const TensorNames& names,
+                                      const ModelConfig& config, int layer);
+// The embedding, final norm and lm_head (tied to the embedding when the checkpoint has none).
+absl::Status BindEmbeddingsAndHead(const WeightBinder& binder, const TensorNames& names,
+                                   const ModelConfig& config, ModelProgram* out);
+
+}  // namespace dq
