@@ -17,7 +17,7 @@ DrafterKvRegions::~DrafterKvRegions() {
 
 absl::StatusOr<v1::DrafterKvLease> DrafterKvRegions::Register(const std::string& lease_id,
                                                               int prompt_tokens) {
-  const worker::KvGeometry& cache = staging_.geometry();
+  const KvTensorLayout& cache = staging_.geometry();
   const int blocks = (prompt_tokens + cache.block_size - 1) / cache.block_size;
   // Numbered 0..blocks-1 in the buffer: the drafter's blocks are taken only at Land.
   const std::vector<BlockRun> runs = {BlockRun{0, blocks}};

@@ -10,7 +10,7 @@ namespace dq::decode {
 namespace v1 = dqserve::v1;
 
 absl::StatusOr<std::vector<kvtransfer::RegionId>> RegisterPlanRegions(
-    kvtransfer::Transport& transport, const LeaseStagingPlan& plan, const worker::KvGeometry& cache,
+    kvtransfer::Transport& transport, const LeaseStagingPlan& plan, const KvTensorLayout& cache,
     uint64_t layer_stride, const std::function<char*(const StagedRegion&)>& address,
     v1::KvEndpoint* endpoint) {
   endpoint->set_transport(std::string(transport.name()));
@@ -51,7 +51,7 @@ LeaseRegions::~LeaseRegions() {
 }
 
 absl::StatusOr<v1::KvEndpoint> LeaseRegions::Register(const KvLease& lease, int prompt_tokens) {
-  const worker::KvGeometry& cache = staging_.geometry();
+  const KvTensorLayout& cache = staging_.geometry();
   const int prompt_blocks = (prompt_tokens + cache.block_size - 1) / cache.block_size;
   if (prompt_blocks > static_cast<int>(lease.blocks.size())) {
     return absl::InternalError(absl::StrCat("lease ", lease.lease_id, " holds ",

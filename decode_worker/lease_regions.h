@@ -33,7 +33,7 @@ namespace dq::decode {
 // layers in that memory). On error releases what it registered and returns the transport's error.
 // Shared by the target's regions and the drafter's (drafter_kv_regions.h).
 absl::StatusOr<std::vector<kvtransfer::RegionId>> RegisterPlanRegions(
-    kvtransfer::Transport& transport, const LeaseStagingPlan& plan, const worker::KvGeometry& cache,
+    kvtransfer::Transport& transport, const LeaseStagingPlan& plan, const KvTensorLayout& cache,
     uint64_t layer_stride, const std::function<char*(const StagedRegion&)>& address,
     dqserve::v1::KvEndpoint* endpoint);
 

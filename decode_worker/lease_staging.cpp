@@ -2,7 +2,7 @@
 
 namespace dq::decode {
 
-LeaseStagingPlan PlanLeaseStaging(std::span<const BlockRun> runs, const worker::KvGeometry& cache) {
+LeaseStagingPlan PlanLeaseStaging(std::span<const BlockRun> runs, const KvTensorLayout& cache) {
   LeaseStagingPlan plan;
   uint64_t blocks = 0;
   for (const BlockRun& r : runs) blocks += static_cast<uint64_t>(r.count);

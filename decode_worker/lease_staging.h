@@ -33,6 +33,6 @@ struct LeaseStagingPlan {
 };
 
 // The plan for prompt blocks `runs` (in token order) of a cache laid out as `cache`.
-LeaseStagingPlan PlanLeaseStaging(std::span<const BlockRun> runs, const worker::KvGeometry& cache);
+LeaseStagingPlan PlanLeaseStaging(std::span<const BlockRun> runs, const KvTensorLayout& cache);
 
 }  // namespace dq::decode

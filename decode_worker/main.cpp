@@ -63,6 +63,8 @@ void AddFlags(CLI::App& app, Flags& f) {
       "GPU: each sequence's decode step independent of its batch-mates (greedy output then "
       "does not depend on the batch; speculative decoding equals plain decoding bit for "
       "bit); slower at larger batches");
+  app.add_option("--cuda-kernels", f.model.cuda_kernels,
+                 "GPU kernel choices as key=value pairs (docs/serving.md, Kernel options)");
   app.add_option("--speculative", f.server.speculative,
                  "speculative decoding: none (default), ngram (prompt lookup, no weights), self "
                  "(the model on cheaper weights: --draft-format or --draft-weights) or dflash "

@@ -24,7 +24,7 @@ struct KvSender {
   // The sources are the device cache itself: posts read its blocks (after the layer's compute,
   // KvStaging::AfterWritten), with `geometry` the cache's layout.
   bool direct = false;
-  LocalKvGeometry geometry;  // the layout of what `keys`/`values` name, for LeasePlan
+  KvTensorLayout geometry;  // the layout of what `keys`/`values` name, for LeasePlan
 };
 
 // Where a transport reads K and V from: two regions of `bytes` bytes each, laid out as `geometry`.
@@ -32,7 +32,7 @@ struct KvSourceMemory {
   char* keys = nullptr;
   char* values = nullptr;
   uint64_t bytes = 0;
-  LocalKvGeometry geometry;
+  KvTensorLayout geometry;
 };
 
 struct KvSendersOptions {

@@ -21,9 +21,8 @@ std::vector<int32_t> SlotTable(const KvStager::Span& span, int32_t base) {
 }
 
 std::vector<worker::KvCopy> CopyOutPlan(int layer, std::span<const KvStager::Span> spans,
-                                        std::span<const int32_t> bases,
-                                        const worker::KvGeometry& cache,
-                                        const worker::KvGeometry& arena) {
+                                        std::span<const int32_t> bases, const KvTensorLayout& cache,
+                                        const KvTensorLayout& arena) {
   std::vector<worker::KvCopy> out;
   for (int tensor : {worker::kKeys, worker::kValues}) {
     const size_t tensor_start = out.size();
@@ -56,7 +55,7 @@ absl::StatusOr<std::unique_ptr<KvStager>> KvStager::Create(worker::KvStaging& st
     return absl::InvalidArgumentError(
         absl::StrCat("the KV staging arena needs at least one block (got ", arena_blocks, ")"));
   }
-  const worker::KvGeometry& cache = staging.geometry();
+  const KvTensorLayout& cache = staging.geometry();
   s->arena_geometry_ = {cache.num_layers, arena_blocks, cache.block_size, cache.block_bytes};
   auto arena = staging.AllocateHost(2 * s->arena_geometry_.tensor_bytes());
   if (!arena.ok()) {
@@ -70,29 +69,21 @@ absl::StatusOr<std::unique_ptr<KvStager>> KvStager::Create(worker::KvStaging& st
 
 KvStager::~KvStager() { staging_.Drain(); }
 
-namespace {
-
-LocalKvGeometry LocalGeometryOf(const worker::KvGeometry& g) {
-  return {g.num_layers, g.block_size, g.block_bytes, g.layer_stride_bytes()};
-}
-
-}  // namespace
-
 KvSourceMemory KvStager::host_source() const {
-  const worker::KvGeometry& cache = staging_.geometry();
+  const KvTensorLayout& cache = staging_.geometry();
   if (!staging_.staged()) {
     return {staging_.host_tensor(worker::kKeys), staging_.host_tensor(worker::kValues),
-            cache.tensor_bytes(), LocalGeometryOf(cache)};
+            cache.tensor_bytes(), cache};
   }
   if (!staged()) return {};
   const uint64_t bytes = arena_geometry_.tensor_bytes();
-  return {arena_->data(), arena_->data() + bytes, bytes, LocalGeometryOf(arena_geometry_)};
+  return {arena_->data(), arena_->data() + bytes, bytes, arena_geometry_};
 }
 
 KvSourceMemory KvStager::device_source() const {
-  const worker::KvGeometry& cache = staging_.geometry();
+  const KvTensorLayout& cache = staging_.geometry();
   return {staging_.device_tensor(worker::kKeys), staging_.device_tensor(worker::kValues),
-          cache.tensor_bytes(), LocalGeometryOf(cache)};
+          cache.tensor_bytes(), cache};
 }
 
 void KvStager::Begin(std::vector<Span> spans) {

@@ -77,7 +77,7 @@ class KvStager {
   void ShipStaged(int layer);
 
   worker::KvStaging& staging_;
-  worker::KvGeometry arena_geometry_;
+  KvTensorLayout arena_geometry_;
   std::unique_ptr<worker::HostBuffer> arena_;  // null: in place
   // The iteration in progress: the spans read in place (CPU) or straight from the device
   // cache (direct), and those shipped through the arena with their slots.
@@ -99,8 +99,7 @@ std::vector<int32_t> SlotTable(const KvStager::Span& span, int32_t base);
 // in the arena's [tensor][layer][slot] layout); consecutive cache blocks whose slots are
 // consecutive too become one copy.
 std::vector<worker::KvCopy> CopyOutPlan(int layer, std::span<const KvStager::Span> spans,
-                                        std::span<const int32_t> bases,
-                                        const worker::KvGeometry& cache,
-                                        const worker::KvGeometry& arena);
+                                        std::span<const int32_t> bases, const KvTensorLayout& cache,
+                                        const KvTensorLayout& arena);
 
 }  // namespace dq::prefill

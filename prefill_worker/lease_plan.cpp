@@ -12,7 +12,7 @@ std::string TensorName(v1::KvTensor t) { return t == v1::KV_TENSOR_KEY ? "K" : "
 }  // namespace
 
 absl::StatusOr<LeasePlan> LeasePlan::Create(const v1::KvLease& lease, int num_tokens,
-                                            const LocalKvGeometry& local) {
+                                            const KvTensorLayout& local) {
   LeasePlan plan;
   plan.local_ = local;
   for (const v1::BlockRun& run : lease.blocks()) {

@@ -11,22 +11,10 @@
 
 #include "common/status.h"
 #include "dqserve/v1/worker.pb.h"
+#include "engine/kvcache/kv_tensor_layout.h"
 #include "kvtransfer/transport.h"
 
 namespace dq::prefill {
-
-// The local pool's geometry, as byte offsets (KvBlockPool::block_offset / block_bytes).
-struct LocalKvGeometry {
-  int num_layers = 0;
-  int block_size = 0;
-  uint64_t block_bytes = 0;
-  uint64_t layer_stride_bytes = 0;
-
-  uint64_t offset(int layer, int32_t block) const {
-    return static_cast<uint64_t>(layer) * layer_stride_bytes +
-           static_cast<uint64_t>(block) * block_bytes;
-  }
-};
 
 // All copies of one tensor's blocks of one layer that land in one remote region: one Post.
 struct RegionCopies {
@@ -40,7 +28,7 @@ class LeasePlan {
   // of both tensors is covered by a region with our block size) and indexes it. Errors:
   // InvalidArgument naming what is wrong with the lease.
   static absl::StatusOr<LeasePlan> Create(const dqserve::v1::KvLease& lease, int num_tokens,
-                                          const LocalKvGeometry& local);
+                                          const KvTensorLayout& local);
 
   // The remote block id that holds prompt block `index` (token t is in block t / block_size).
   int32_t remote_block(int index) const { return remote_blocks_[index]; }
@@ -66,7 +54,7 @@ class LeasePlan {
   // by_layer_'s index of (tensor, layer); layer in [0, local_.num_layers).
   size_t LayerSlot(dqserve::v1::KvTensor tensor, int layer) const;
 
-  LocalKvGeometry local_;
+  KvTensorLayout local_;
   std::vector<int32_t> remote_blocks_;
   std::vector<Region> regions_;
   // The regions covering each (tensor, local layer), K's layers first: Find scans only these

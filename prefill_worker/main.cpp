@@ -91,6 +91,8 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "the CPU; changes numerics slightly, docs/serving.md)")
       ->check(CLI::IsMember({"bf16", "fp8"}))
       ->capture_default_str();
+  app.add_option("--cuda-kernels", f.model.cuda_kernels,
+                 "GPU kernel choices as key=value pairs (docs/serving.md, Kernel options)");
   // Offloaded disaggregated prefill (docs/odp.md): on a GPU shared with the decode worker.
   app.add_option("--odp-resident-weights", f.model.odp_resident_weights,
                  "ODP: keep this (decode) checkpoint resident for short prompts and stream "

@@ -39,6 +39,10 @@ struct DeviceBackendOptions {
   // Prefill attention in FP8 for a phase whose linears all compute in FP8 W8A8 (ODP: the
   // streamed prefill model); other models ignore it (cuda::CudaBackendOptions::fp8_attention).
   bool fp8_attention = false;
+  // Kernel choices on a GPU (--cuda-kernels; cuda::ParseKernelOptions in
+  // engine/cuda/kernel_options.h: comma-separated key=value pairs; empty: the defaults).
+  // BackendForDevice refuses a bad one, and any on the CPU, with InvalidArgument.
+  std::string cuda_kernels;
 };
 
 // Whether this binary has the CUDA backend.

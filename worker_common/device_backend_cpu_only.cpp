@@ -17,8 +17,14 @@ absl::Status NoCuda(const DeviceSpec& device) {
 bool BuiltWithCuda() { return false; }
 
 absl::StatusOr<BackendFactory> BackendForDevice(const DeviceSpec& device,
-                                                const DeviceBackendOptions&) {
-  if (!device.cuda) return BackendFactory{};
+                                                const DeviceBackendOptions& options) {
+  if (!device.cuda) {
+    if (!options.cuda_kernels.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--cuda-kernels is for a GPU (--device cuda[:N]), got --device ", device.name()));
+    }
+    return BackendFactory{};
+  }
   return NoCuda(device);
 }
 

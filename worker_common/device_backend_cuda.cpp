@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/cuda/cuda_model.h"
+#include "engine/cuda/kernel_options.h"
 #include "engine/cuda/odp_backend.h"
 #include "worker_common/completion_thread.h"
 #include "worker_common/device_backend.h"
@@ -93,8 +94,7 @@ class CudaKvStaging final : public KvStaging {
         completions_([device] { cudaSetDevice(device); }) {
     const KvCacheOptions& o = model.kv_cache().options();
     const cuda::KvCacheLayer first = model.kv_cache().layer(0);
-    geometry_ = {o.num_layers, o.num_blocks, o.block_size,
-                 static_cast<uint64_t>(o.block_size) * first.token_stride() * 2};  // bf16
+    geometry_ = model.kv_cache().layout();
     tensors_[kKeys] = reinterpret_cast<char*>(first.k);
     tensors_[kValues] = reinterpret_cast<char*>(first.v);
   }
@@ -120,7 +120,7 @@ class CudaKvStaging final : public KvStaging {
   }
 
   std::string_view kv_dtype() const override { return "bf16"; }
-  const KvGeometry& geometry() const override { return geometry_; }
+  const KvTensorLayout& geometry() const override { return geometry_; }
   char* host_tensor(int) override { return nullptr; }
   char* device_tensor(int t) override { return tensors_[t]; }
   int cuda_device() const override { return device_; }
@@ -216,7 +216,7 @@ class CudaKvStaging final : public KvStaging {
 
   const int device_;
   const cudaStream_t model_stream_;
-  KvGeometry geometry_;
+  KvTensorLayout geometry_;
   char* tensors_[2] = {nullptr, nullptr};
   cudaStream_t in_stream_ = nullptr;
   cudaStream_t out_stream_ = nullptr;
@@ -233,7 +233,18 @@ bool BuiltWithCuda() { return true; }
 
 absl::StatusOr<BackendFactory> BackendForDevice(const DeviceSpec& device,
                                                 const DeviceBackendOptions& options) {
-  if (!device.cuda) return BackendFactory{};
+  if (!device.cuda) {
+    if (!options.cuda_kernels.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--cuda-kernels is for a GPU (--device cuda[:N]), got --device ", device.name()));
+    }
+    return BackendFactory{};
+  }
+  // Checked before the device, so that a bad value fails the same on any machine.
+  absl::StatusOr<cuda::KernelOptions> kernels = cuda::ParseKernelOptions(options.cuda_kernels);
+  if (!kernels.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--cuda-kernels: ", kernels.status().message()));
+  }
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
@@ -254,6 +265,7 @@ absl::StatusOr<BackendFactory> BackendForDevice(const DeviceSpec& device,
   co.use_graphs = options.graphs;
   co.batch_invariant = options.batch_invariant;
   co.fp8_attention = options.fp8_attention;
+  co.kernels = *kernels;
   BackendFactory inner = cuda::CudaBackendFactory(co);
   if (options.odp.enabled) {
     cuda::OdpOptions odp;

@@ -11,7 +11,7 @@
 
 namespace dq::worker {
 
-absl::Status CheckKvCopies(std::span<const KvCopy> copies, const KvGeometry& geometry) {
+absl::Status CheckKvCopies(std::span<const KvCopy> copies, const KvTensorLayout& geometry) {
   for (const KvCopy& c : copies) {
     if ((c.tensor != kKeys && c.tensor != kValues) ||
         c.cache_offset + c.bytes > geometry.tensor_bytes()) {
@@ -130,12 +130,11 @@ class HostKvStaging final : public KvStaging {
               return p;
             },
             [](void* p) { std::free(p); }, kHostCacheBytes) {
-    const KvCacheOptions& o = pool.options();
-    geometry_ = {o.num_layers, o.num_blocks, o.block_size, pool.block_bytes()};
+    geometry_ = pool.layout();
   }
 
   std::string_view kv_dtype() const override { return "f32"; }
-  const KvGeometry& geometry() const override { return geometry_; }
+  const KvTensorLayout& geometry() const override { return geometry_; }
   char* host_tensor(int t) override {
     if (staged_) return nullptr;
     return reinterpret_cast<char*>(t == kKeys ? pool_.keys_data() : pool_.values_data());
@@ -183,7 +182,7 @@ class HostKvStaging final : public KvStaging {
   KvBlockPool& pool_;
   const bool staged_;
   const bool pool_as_device_;
-  KvGeometry geometry_;
+  KvTensorLayout geometry_;
   HostBufferCache buffers_;
   CompletionThread completions_;
 };

@@ -32,33 +32,18 @@ namespace dq::worker {
 inline constexpr int kKeys = 0;
 inline constexpr int kValues = 1;
 
-// The byte layout of one KV tensor (K or V) of a cache: layer after layer, block after block,
-// each block `block_bytes` long (KvBlockPool's layout, in the cache's element type).
-struct KvGeometry {
-  int num_layers = 0;
-  int64_t num_blocks = 0;
-  int block_size = 0;  // tokens per block
-  uint64_t block_bytes = 0;
-
-  uint64_t layer_stride_bytes() const { return static_cast<uint64_t>(num_blocks) * block_bytes; }
-  uint64_t tensor_bytes() const { return num_layers * layer_stride_bytes(); }
-  uint64_t offset(int layer, int64_t block) const {
-    return layer * layer_stride_bytes() + static_cast<uint64_t>(block) * block_bytes;
-  }
-};
-
 // One contiguous copy of one tensor between a host buffer and the cache.
 struct KvCopy {
   int tensor = kKeys;
   uint64_t host_offset = 0;   // from the host buffer's start
-  uint64_t cache_offset = 0;  // from the tensor's start (KvGeometry::offset)
+  uint64_t cache_offset = 0;  // from the tensor's start (KvTensorLayout::offset)
   uint64_t bytes = 0;
   bool operator==(const KvCopy&) const = default;
 };
 
 // OK when every copy names K or V and lies inside that tensor of `geometry`; otherwise an
 // OutOfRange error naming the copy (both staging implementations check through this).
-absl::Status CheckKvCopies(std::span<const KvCopy> copies, const KvGeometry& geometry);
+absl::Status CheckKvCopies(std::span<const KvCopy> copies, const KvTensorLayout& geometry);
 
 // Host memory a transport may read and write (page-locked on CUDA, so copies are asynchronous
 // and run at the link's speed). Freed, or returned to its cache, on destruction.
@@ -75,7 +60,7 @@ class KvStaging {
 
   // The cache's element type as KvLayout names it: "f32" (CPU), "bf16" (CUDA).
   virtual std::string_view kv_dtype() const = 0;
-  virtual const KvGeometry& geometry() const = 0;
+  virtual const KvTensorLayout& geometry() const = 0;
   // Tensor `t` of the cache when transports can use it in place (host memory); null when the
   // KV goes through staging buffers and the copies below.
   virtual char* host_tensor(int t) = 0;

@@ -57,8 +57,9 @@ absl::StatusOr<std::unique_ptr<PhaseModel>> LoadPhaseModel(const PhaseModelOptio
   DQ_ASSIGN_OR_RETURN(pm->device, ParseDeviceSpec(o.device));
   DQ_ASSIGN_OR_RETURN(
       BackendFactory backend,
-      BackendForDevice(pm->device, DeviceBackendOptions{o.max_batch_tokens, o.device_graphs, o.odp,
-                                                        o.batch_invariant, o.fp8_attention}));
+      BackendForDevice(pm->device,
+                       DeviceBackendOptions{o.max_batch_tokens, o.device_graphs, o.odp,
+                                            o.batch_invariant, o.fp8_attention, o.cuda_kernels}));
   DQ_ASSIGN_OR_RETURN(pm->model, LoadModel(o.model));
   if (!o.weights.empty() && o.weights != o.model) {
     DQ_ASSIGN_OR_RETURN(pm->weights, LoadModel(o.weights));

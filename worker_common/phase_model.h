@@ -42,6 +42,8 @@ struct PhaseModelOptions {
   // CPU: ModelRunnerOptions::cpu_prefill): for compute "w8a8"; LoadPhaseModel refuses it
   // otherwise.
   bool fp8_attention = false;
+  // Kernel choices on a GPU (DeviceBackendOptions::cuda_kernels; empty: the defaults).
+  std::string cuda_kernels;
   // Offloaded disaggregated prefill (a prefill worker sharing its GPU, docs/odp.md): with
   // odp.enabled, `odp_resident_weights` (the decode checkpoint) is held resident and prefills
   // short prompts, and `weights` is streamed per pass for long ones.

@@ -21,6 +21,10 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kTileKeys = 16;
+// Ring depth per warp: 3 stages (two blocks per SM). A 4-stage ring was slower at every measured
+// shape (H200, Qwen3-4B, bench/results/gpu_attention_timing_h200.json: e.g. 8 seqs x 8K keys
+// 76.2 vs 89.6 us, 32 x 4K 135.4 vs 160.1 us) and was deleted with its DQ_DECODE_STAGES knob.
+constexpr int kStages = 3;
 constexpr float kLog2e = 1.4426950408889634f;
 
 int MaxSplits(int max_context) { return (max_context + kDecodePartition - 1) / kDecodePartition; }
@@ -70,7 +74,7 @@ __device__ __forceinline__ uint32_t TileAddr(uint32_t base, int row, int chunk) 
   return base + (row * kHeadDim + ((chunk ^ (row & 7)) << 3)) * 2;
 }
 
-template <int kHeadDim, int kStages>
+template <int kHeadDim>
 constexpr int SplitSmemBytes() {
   return kWarps * kStages * 2 * kTileKeys * kHeadDim * 2;
 }
@@ -93,7 +97,7 @@ __device__ __forceinline__ int DecodePartLen(int ctx, int grid_splits, int fixed
   return (part + kTileKeys - 1) / kTileKeys * kTileKeys;
 }
 
-template <int kHeadDim, int kStages>
+template <int kHeadDim>
 __global__ void __launch_bounds__(kThreads)
     DecodeSplitKernel(DecodeAttentionArgs a, KvCacheLayer c, Workspace ws, int splits) {
   constexpr int kTileBytes = kTileKeys * kHeadDim * 2, kDTiles = kHeadDim / 8;
@@ -327,11 +331,11 @@ int PartitionLen(int seqs, int kv_heads, int max_context, int slots) {
   return best * kDecodePartition;
 }
 
-template <int kHeadDim, int kStages>
+template <int kHeadDim>
 void Launch(const DecodeAttentionArgs& a, const KvCacheLayer& c, cudaStream_t stream) {
-  constexpr int kSmem = SplitSmemBytes<kHeadDim, kStages>();
+  constexpr int kSmem = SplitSmemBytes<kHeadDim>();
   static_assert(kSmem >= (kWarps * 8 * kHeadDim + 2 * kWarps * 8) * 4, "merge scratch fits");
-  auto kernel = DecodeSplitKernel<kHeadDim, kStages>;
+  auto kernel = DecodeSplitKernel<kHeadDim>;
   // Host-side queries and attributes only (no stream operations): safe during graph capture.
   static const int slots = [&] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
@@ -353,14 +357,6 @@ void Launch(const DecodeAttentionArgs& a, const KvCacheLayer& c, cudaStream_t st
   detail::LaunchPdl(kernel, grid, kThreads, kSmem, stream, a, c, ws, splits);
   detail::LaunchPdl(DecodeReduceKernel, dim3(a.num_heads, a.num_seqs), kHeadDim, 0, stream, a, ws,
                     splits, kHeadDim, grid_splits);
-}
-
-// Ring depth: 3 stages (two blocks per SM; measured best) unless DQ_DECODE_STAGES=4 (tuning).
-template <int kHeadDim>
-void LaunchStages(const DecodeAttentionArgs& a, const KvCacheLayer& c, cudaStream_t stream) {
-  const char* v = std::getenv("DQ_DECODE_STAGES");
-  if (v && v[0] == '4') return Launch<kHeadDim, 4>(a, c, stream);
-  return Launch<kHeadDim, 3>(a, c, stream);
 }
 
 }  // namespace
@@ -386,8 +382,8 @@ void DecodeAttentionForward(const DecodeAttentionArgs& args, const KvCacheLayer&
   (void)group;
   if (a.num_seqs == 0) return;
   // The one place head_dim becomes a template parameter.
-  if (cache.head_dim == 128) return LaunchStages<128>(a, cache, stream);
-  if (cache.head_dim == 64) return LaunchStages<64>(a, cache, stream);
+  if (cache.head_dim == 128) return Launch<128>(a, cache, stream);
+  if (cache.head_dim == 64) return Launch<64>(a, cache, stream);
   assert(false && "DecodeAttentionForward: head_dim must be 64 or 128");
 }
 

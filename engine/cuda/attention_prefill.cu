@@ -1,10 +1,7 @@
 #include <cassert>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
 #include "engine/cuda/attention_prefill.h"
-#include "engine/cuda/attention_prefill_ws.h"
 #include "engine/cuda/attention_tile.cuh"
 #include "engine/cuda/attention_wgmma.cuh"
 #include "engine/cuda/cuda_check.h"
@@ -12,10 +9,6 @@
 namespace dq::cuda {
 namespace {
 
-constexpr int kBlockM = 128;  // query rows per block: 8 warps x 16
-constexpr int kBlockN = 64;   // keys per tile
-constexpr int kWarps = kBlockM / 16;
-constexpr int kThreads = kWarps * 32;
 using attn::CpAsync16;
 using attn::CpAsyncCommit;
 using attn::CpAsyncWaitAll;
@@ -24,198 +17,6 @@ using attn::PackBf16;
 using attn::SlotOf;
 using attn::SmemAddr;
 using attn::SwzOffset;
-
-__device__ __forceinline__ void Ldsm4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void Ldsm4T(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                    uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Shared-memory tiles are [rows][kHeadDim] bf16 with the 16-byte chunk index XOR-swizzled by
-// row % 8, so that ldmatrix's 8 rows at one logical chunk hit 8 different bank groups.
-template <int kHeadDim>
-__device__ __forceinline__ uint32_t TileAddr(uint32_t base, int row, int chunk) {
-  return base + (row * kHeadDim + ((chunk ^ (row & 7)) << 3)) * 2;
-}
-
-struct SeqTile {
-  int q_begin, new_len, prefix, m0, rows;
-};
-
-// Issues the cp.async loads of key/value tile `kt` (positions kt*64 + r) from the paged cache.
-template <int kHeadDim>
-__device__ __forceinline__ void LoadKvTile(uint32_t dst, const __nv_bfloat16* cache,
-                                           const KvCacheLayer& c, const int32_t* table, int kvh,
-                                           int kt, int ctx) {
-  constexpr int kChunks = kHeadDim / 8;
-  for (int i = threadIdx.x; i < kBlockN * kChunks; i += kThreads) {
-    const int r = i / kChunks, ch = i % kChunks;
-    const int pos = kt * kBlockN + r;
-    const bool valid = pos < ctx;
-    const int p = valid ? pos : 0;
-    const __nv_bfloat16* src =
-        cache +
-        (int64_t{table[p / c.block_size]} * c.block_size + p % c.block_size) * c.token_stride() +
-        kvh * kHeadDim + ch * 8;
-    CpAsync16(TileAddr<kHeadDim>(dst, r, ch), src, valid);
-  }
-}
-
-template <int kHeadDim>
-__global__ void __launch_bounds__(kThreads, 1)
-    PrefillAttentionKernel(PrefillAttentionArgs a, KvCacheLayer c) {
-  constexpr int kChunks = kHeadDim / 8, kKSteps = kHeadDim / 16, kDTiles = kHeadDim / 8;
-  extern __shared__ __align__(128) unsigned char smem[];
-  const int seq = blockIdx.z, h = blockIdx.y;
-  const int tile = gridDim.x - 1 - blockIdx.x;  // longest (latest) tiles first
-  const int q_begin = a.cu_seqlens[seq], new_len = a.cu_seqlens[seq + 1] - q_begin;
-  const int m0 = tile * kBlockM;
-  if (m0 >= new_len) return;
-  const int prefix = a.prefix_lens[seq];
-  const int rows = min(kBlockM, new_len - m0);
-  const int n_keys = prefix + m0 + rows;  // the last row's position + 1
-  const int n_tiles = (n_keys + kBlockN - 1) / kBlockN;
-  const int kvh = h / (a.num_heads / c.num_kv_heads);
-  const int32_t* table = a.block_tables + int64_t{seq} * a.max_blocks_per_seq;
-  const uint32_t q_s = SmemAddr(smem);
-  const uint32_t k_s = q_s + kBlockM * kHeadDim * 2, v_s = k_s + kBlockN * kHeadDim * 2;
-  for (int i = threadIdx.x; i < kBlockM * kChunks; i += kThreads) {
-    const int r = i / kChunks, ch = i % kChunks;
-    const bool valid = r < rows;
-    const __nv_bfloat16* src =
-        a.q + int64_t{q_begin + m0 + (valid ? r : 0)} * a.q_stride + h * kHeadDim + ch * 8;
-    CpAsync16(TileAddr<kHeadDim>(q_s, r, ch), src, valid);
-  }
-  LoadKvTile<kHeadDim>(k_s, c.k, c, table, kvh, 0, n_keys);
-  CpAsyncCommit();
-  CpAsyncWaitAll();
-  __syncthreads();
-
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  uint32_t qf[kKSteps][4];
-#pragma unroll
-  for (int kk = 0; kk < kKSteps; ++kk) {
-    Ldsm4(qf[kk], TileAddr<kHeadDim>(q_s, warp * 16 + (lane & 15), kk * 2 + (lane >> 4)));
-  }
-  float o[kDTiles][4] = {};
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
-  const float scale_log2 = a.scale * kLog2e;
-  const int pos0 = prefix + m0 + warp * 16 + g;  // positions of this thread's rows: +0, +8
-
-  for (int j = 0; j < n_tiles; ++j) {
-    LoadKvTile<kHeadDim>(v_s, c.v, c, table, kvh, j, n_keys);
-    CpAsyncCommit();
-    float s[kBlockN / 8][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < kKSteps; ++kk) {
-#pragma unroll
-      for (int np = 0; np < kBlockN / 16; ++np) {
-        uint32_t b[4];
-        Ldsm4(b, TileAddr<kHeadDim>(k_s, np * 16 + (lane & 7) + ((lane >> 4) << 3),
-                                    kk * 2 + ((lane >> 3) & 1)));
-        Mma(s[2 * np], qf[kk], b[0], b[1]);
-        Mma(s[2 * np + 1], qf[kk], b[2], b[3]);
-      }
-    }
-    // Causal mask (also masks keys past the context: they are past every real row).
-    const bool needs_mask = (j + 1) * kBlockN - 1 > prefix + m0 + warp * 16;
-    float tile_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int nt = 0; nt < kBlockN / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = j * kBlockN + nt * 8 + 2 * t + (e & 1);
-        float v = s[nt][e] * scale_log2;
-        if (needs_mask && key > pos0 + (e >> 1) * 8) v = -INFINITY;
-        s[nt][e] = v;
-        tile_max[e >> 1] = fmaxf(tile_max[e >> 1], v);
-      }
-    }
-    float alpha[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-      const float m_new = fmaxf(row_max[r], tile_max[r]);  // finite: tile 0 holds key 0
-      alpha[r] = exp2f(row_max[r] - m_new);
-      row_max[r] = m_new;
-      row_sum[r] *= alpha[r];
-    }
-    uint32_t pf[kBlockN / 16][4];
-#pragma unroll
-    for (int nt = 0; nt < kBlockN / 8; ++nt) {
-      const float p0 = exp2f(s[nt][0] - row_max[0]), p1 = exp2f(s[nt][1] - row_max[0]);
-      const float p2 = exp2f(s[nt][2] - row_max[1]), p3 = exp2f(s[nt][3] - row_max[1]);
-      row_sum[0] += p0 + p1;
-      row_sum[1] += p2 + p3;
-      pf[nt / 2][(nt & 1) * 2] = PackBf16(p0, p1);
-      pf[nt / 2][(nt & 1) * 2 + 1] = PackBf16(p2, p3);
-    }
-#pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt) {
-      o[dt][0] *= alpha[0], o[dt][1] *= alpha[0], o[dt][2] *= alpha[1], o[dt][3] *= alpha[1];
-    }
-    CpAsyncWaitAll();
-    __syncthreads();  // V tile visible; every warp is done with the K tile
-    if (j + 1 < n_tiles) LoadKvTile<kHeadDim>(k_s, c.k, c, table, kvh, j + 1, n_keys);
-    CpAsyncCommit();
-#pragma unroll
-    for (int ks = 0; ks < kBlockN / 16; ++ks) {
-#pragma unroll
-      for (int dp = 0; dp < kHeadDim / 16; ++dp) {
-        uint32_t b[4];
-        Ldsm4T(b, TileAddr<kHeadDim>(v_s, ks * 16 + (lane & 7) + (((lane >> 3) & 1) << 3),
-                                     dp * 2 + (lane >> 4)));
-        Mma(o[2 * dp], pf[ks], b[0], b[1]);
-        Mma(o[2 * dp + 1], pf[ks], b[2], b[3]);
-      }
-    }
-    CpAsyncWaitAll();
-    __syncthreads();  // next K tile visible; every warp is done with the V tile
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
-    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
-    row_sum[r] = 1.0f / row_sum[r];
-  }
-  const int64_t out_stride = int64_t{a.num_heads} * kHeadDim;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = warp * 16 + g + r * 8;
-    if (row >= rows) continue;
-    __nv_bfloat16* dst = a.out + int64_t{q_begin + m0 + row} * out_stride + h * kHeadDim + 2 * t;
-#pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt) {
-      *reinterpret_cast<__nv_bfloat162*>(dst + dt * 8) =
-          __floats2bfloat162_rn(o[dt][2 * r] * row_sum[r], o[dt][2 * r + 1] * row_sum[r]);
-    }
-  }
-}
-
-template <int kHeadDim>
-void LaunchMma(const PrefillAttentionArgs& a, const KvCacheLayer& c, cudaStream_t stream) {
-  constexpr int kSmem = (kBlockM + 2 * kBlockN) * kHeadDim * 2;
-  // Not a stream operation, so it is allowed during graph capture.
-  CUDA_CHECK(cudaFuncSetAttribute(PrefillAttentionKernel<kHeadDim>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  const dim3 grid((a.max_q_len + kBlockM - 1) / kBlockM, a.num_heads, a.num_seqs);
-  PrefillAttentionKernel<kHeadDim><<<grid, kThreads, kSmem, stream>>>(a, c);
-  CUDA_CHECK_LAUNCH();
-}
 
 // ---- Hopper path: wgmma (warpgroup MMA) with Q, K and V as 128-byte-swizzled shared tiles ----
 // Block = 2 warpgroups x 64 query rows; key tiles of kBlockN double-buffered through cp.async (the
@@ -252,7 +53,7 @@ constexpr int WgSmemBytes() {
   return 1024 + (kWgBlockM + 4 * kBlockN) * kHeadDim * 2;  // Q + 2 stages of K and V + alignment
 }
 
-template <int kHeadDim, int kBlockN, int kMinBlocks, bool kPingPong>
+template <int kHeadDim, int kBlockN, int kMinBlocks>
 __global__ void __launch_bounds__(kWgThreads, kMinBlocks)
     PrefillWgmmaKernel(PrefillAttentionArgs a, KvCacheLayer c) {
   constexpr int kChunks = kHeadDim / 8, kQRowsPerPass = kWgThreads / kChunks;
@@ -312,7 +113,7 @@ __global__ void __launch_bounds__(kWgThreads, kMinBlocks)
     float s[kSAcc];
     // Ping-pong: warpgroup 1 issues its S = Q K^T only after warpgroup 0 has, so the tensor cores
     // run warpgroup 1's GEMM while warpgroup 0 does its softmax, and 0's P V while 1 does its.
-    if (kPingPong && wg == 1) asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    if (wg == 1) asm volatile("bar.sync 1, 256;\n" ::: "memory");
     wgmma::FenceRegs(s);
     wgmma::Fence();
 #pragma unroll
@@ -323,7 +124,7 @@ __global__ void __launch_bounds__(kWgThreads, kMinBlocks)
       WgmmaSS<kBlockN>(s, da, db, kk > 0 ? 1 : 0);
     }
     wgmma::Commit();
-    if (kPingPong && wg == 0) asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+    if (wg == 0) asm volatile("bar.arrive 1, 256;\n" ::: "memory");
     wgmma::Wait<0>();
     wgmma::FenceRegs(s);
 
@@ -395,10 +196,10 @@ __global__ void __launch_bounds__(kWgThreads, kMinBlocks)
   }
 }
 
-template <int kHeadDim, int kBlockN, int kMinBlocks, bool kPingPong>
+template <int kHeadDim, int kBlockN, int kMinBlocks>
 void LaunchWgmma(const PrefillAttentionArgs& a, const KvCacheLayer& c, cudaStream_t stream) {
   constexpr int kSmem = WgSmemBytes<kHeadDim, kBlockN>();
-  auto kernel = PrefillWgmmaKernel<kHeadDim, kBlockN, kMinBlocks, kPingPong>;
+  auto kernel = PrefillWgmmaKernel<kHeadDim, kBlockN, kMinBlocks>;
   // Not a stream operation, so it is allowed during graph capture.
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const dim3 grid((a.max_q_len + kWgBlockM - 1) / kWgBlockM, a.num_heads, a.num_seqs);
@@ -406,25 +207,17 @@ void LaunchWgmma(const PrefillAttentionArgs& a, const KvCacheLayer& c, cudaStrea
   CUDA_CHECK_LAUNCH();
 }
 
-// Kernel choice: wgmma with 64-key tiles, 2 blocks/SM and ping-pong warpgroups (the default);
-// DQ_PREFILL_KERNEL = wg64 / wg128 / wg128pp (no ping-pong; 128-key tiles, 1 block/SM), mma (the
-// mma.sync kernel) or ws64 / ws64pp / ws128 / ws128pp (warp-specialized, attention_prefill_ws.cu)
-// overrides it, for tuning and comparison.
+// The kernel choice (PrefillAttentionArgs::variant) as template parameters: key tile width and
+// the blocks per SM it leaves room for.
 template <int kHeadDim>
 void Launch(const PrefillAttentionArgs& a, const KvCacheLayer& c, cudaStream_t stream) {
-  const char* v = std::getenv("DQ_PREFILL_KERNEL");
-  const auto is = [&](const char* name) { return v && std::strcmp(v, name) == 0; };
-  if (is("mma")) return LaunchMma<kHeadDim>(a, c, stream);
-  if (is("ws64")) return LaunchPrefillWs<kHeadDim>(a, c, PrefillWsVariant::kN64, stream);
-  if (is("ws64pp")) return LaunchPrefillWs<kHeadDim>(a, c, PrefillWsVariant::kN64PingPong, stream);
-  if (is("ws128")) return LaunchPrefillWs<kHeadDim>(a, c, PrefillWsVariant::kN128, stream);
-  if (is("ws128pp")) {
-    return LaunchPrefillWs<kHeadDim>(a, c, PrefillWsVariant::kN128PingPong, stream);
+  switch (a.variant) {
+    case PrefillAttentionKernel::kWgmma128:
+      return LaunchWgmma<kHeadDim, 128, 1>(a, c, stream);
+    case PrefillAttentionKernel::kWgmma64:
+      break;
   }
-  if (is("wg64")) return LaunchWgmma<kHeadDim, 64, 2, false>(a, c, stream);
-  if (is("wg128")) return LaunchWgmma<kHeadDim, 128, 1, false>(a, c, stream);
-  if (is("wg128pp")) return LaunchWgmma<kHeadDim, 128, 1, true>(a, c, stream);
-  return LaunchWgmma<kHeadDim, 64, 2, true>(a, c, stream);
+  return LaunchWgmma<kHeadDim, 64, 2>(a, c, stream);
 }
 
 }  // namespace
@@ -438,7 +231,8 @@ void PrefillAttentionForward(const PrefillAttentionArgs& args, const KvCacheLaye
   assert(cache.num_kv_heads > 0 && a.num_heads % cache.num_kv_heads == 0);
   assert(a.q_stride % 8 == 0);
   if (a.num_seqs == 0 || a.max_q_len == 0) return;
-  switch (cache.head_dim) {  // the one place head_dim becomes a template parameter
+  switch (
+      cache.head_dim) {  // the one place head_dim (then the variant) becomes a template parameter
     case 64:
       return Launch<64>(a, cache, stream);
     case 128:

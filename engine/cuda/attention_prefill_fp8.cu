@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
 #include "engine/cuda/attention_prefill_fp8.h"
 #include "engine/cuda/attention_tile.cuh"
@@ -398,20 +396,7 @@ __device__ __forceinline__ void StoreRows(const Fp8Params& p, const float (&o)[6
   }
 }
 
-// Ping-pong (kPingPong): the two consumer warpgroups take turns issuing their GEMMs (named
-// barriers 1 and 2), so that the tensor cores run one's S and P V while the other computes its
-// softmax. Warpgroup 0 goes first; every issue slot waits for its turn and passes it on, except
-// warpgroup 1's last (nobody waits for it).
-template <bool kPingPong>
-__device__ __forceinline__ void AwaitTurn(int wg) {
-  if constexpr (kPingPong) mbar::NamedSync(1 + wg, kConsumerThreads);
-}
-template <bool kPingPong>
-__device__ __forceinline__ void PassTurn(int wg) {
-  if constexpr (kPingPong) mbar::NamedArrive(1 + (wg ^ 1), kConsumerThreads);
-}
-
-template <bool kPingPong>
+// The two consumer warpgroups run free (no turns for issuing their GEMMs).
 __device__ __forceinline__ void Consume(const Fp8Params& p, const Ring& R, int seq, int h, int tile,
                                         int n_tiles, const SeqInfo& si) {
   const int wg = threadIdx.x >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -429,13 +414,10 @@ __device__ __forceinline__ void Consume(const Fp8Params& p, const Ring& R, int s
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = 0.0f;
   auto needs_mask = [&](int j) { return (j + 1) * kT - 1 > si.prefix + m0 + wrow; };
-  if (wg == 1) PassTurn<kPingPong>(wg);
   mbar::Wait(R.q_full(), 0);
   mbar::Wait(R.k_full(0), 0);
-  AwaitTurn<kPingPong>(wg);
   FenceOperands(s, o, pf);
   IssueQk(s, q, R.k(0));
-  PassTurn<kPingPong>(wg);
   wgmma::Wait<0>();
   wgmma::FenceRegs(s);
   Release(R.k_empty(0), lane);
@@ -446,11 +428,9 @@ __device__ __forceinline__ void Consume(const Fp8Params& p, const Ring& R, int s
     const int cur = j & 1, prev = cur ^ 1;
     mbar::Wait(R.k_full(cur), (j >> 1) & 1);
     mbar::Wait(R.v_full(prev), ((j - 1) >> 1) & 1);
-    AwaitTurn<kPingPong>(wg);
     FenceOperands(s, o, p_prev);
     IssueQk(s, q, R.k(cur));        // S of tile j ...
     IssuePv(o, p_prev, R.v(prev));  // ... while P V of tile j - 1 runs
-    PassTurn<kPingPong>(wg);
     wgmma::Wait<1>();
     wgmma::FenceRegs(s);
     Release(R.k_empty(cur), lane);
@@ -467,10 +447,8 @@ __device__ __forceinline__ void Consume(const Fp8Params& p, const Ring& R, int s
   auto finish = [&](uint32_t(&p_last)[4][4]) {
     const int last = (n_tiles - 1) & 1;
     mbar::Wait(R.v_full(last), ((n_tiles - 1) >> 1) & 1);
-    AwaitTurn<kPingPong>(wg);
     FenceOperands(s, o, p_last);
     IssuePv(o, p_last, R.v(last));
-    if (wg == 0) PassTurn<kPingPong>(wg);
     wgmma::Wait<0>();
     wgmma::FenceRegs(o);
     Release(R.v_empty(last), lane);
@@ -490,7 +468,6 @@ __device__ __forceinline__ void Consume(const Fp8Params& p, const Ring& R, int s
   StoreRows(p, o, st, {seq, h, m0, wrow + g, t}, si);
 }
 
-template <bool kPingPong>
 __global__ void __launch_bounds__(kThreads, 1) PrefillFp8Kernel(Fp8Params p) {
   extern __shared__ unsigned char smem_raw[];
   const int seq = blockIdx.z, h = blockIdx.y;
@@ -520,7 +497,7 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillFp8Kernel(Fp8Params p) {
     return;
   }
   mbar::RegAlloc<232>();
-  Consume<kPingPong>(p, R, seq, h, tile, n_tiles, si);
+  Consume(p, R, seq, h, tile, n_tiles, si);
 }
 
 }  // namespace
@@ -583,11 +560,10 @@ void PrefillAttentionFp8Forward(const PrefillAttentionFp8Args& args, const KvCac
   CUDA_CHECK_LAUNCH();
   QuantQKernel<<<dim3(q_tiles, a.num_seqs, a.num_heads), 128, 0, stream>>>(p);
   CUDA_CHECK_LAUNCH();
-  // Free-running warpgroups by default (H200, Qwen3-4B layer: 0.852 vs 0.877 ms at 8K, 9.94 vs
-  // 10.37 ms at 32K with ping-pong); DQ_PREFILL_FP8_KERNEL=pp selects ping-pong (tuning).
-  const char* variant = std::getenv("DQ_PREFILL_FP8_KERNEL");
-  auto kernel =
-      variant && std::strcmp(variant, "pp") == 0 ? PrefillFp8Kernel<true> : PrefillFp8Kernel<false>;
+  // Free-running warpgroups: a ping-pong schedule (the warpgroups taking turns to issue their
+  // GEMMs) was slower on the H200 (Qwen3-4B layer: 0.861 vs 0.886 ms at 8K, 10.01 vs 10.44 ms at
+  // 32K; bench/results/gpu_tests_4d1b75d_h200.log) and was deleted with DQ_PREFILL_FP8_KERNEL.
+  auto kernel = PrefillFp8Kernel;
   // Not a stream operation, so it is allowed during graph capture.
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   kernel<<<dim3(q_tiles, a.num_heads, a.num_seqs), kThreads, kSmem, stream>>>(p);

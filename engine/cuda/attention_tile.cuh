@@ -1,4 +1,4 @@
-// Device helpers shared by the attention kernels (attention_prefill.cu, attention_prefill_ws.cu,
+// Device helpers shared by the attention kernels (attention_prefill.cu, attention_prefill_fp8.cu,
 // attention_decode.cu): cp.async, the 128-byte-swizzled tile layout wgmma reads, slots in the
 // paged cache, bf16 packing.
 #pragma once

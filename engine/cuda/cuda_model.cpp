@@ -60,18 +60,19 @@ absl::StatusOr<DeviceBuffer> UploadEmbedding(const LinearWeight& e) {
 
 // Uploads matrices that share an input as one fused matrix when their storage allows, else
 // one by one (the forward pass handles both layouts).
-absl::StatusOr<std::vector<DeviceLinear>> UploadGroup(std::vector<const LinearWeight*> parts) {
+absl::StatusOr<std::vector<DeviceLinear>> UploadGroup(std::vector<const LinearWeight*> parts,
+                                                      const KernelOptions& kernels) {
   std::vector<DeviceLinear> out;
   absl::StatusOr<LinearWeight> fused = ConcatRows(parts);
   if (fused.ok()) {
-    absl::StatusOr<DeviceLinear> d = UploadLinear(*fused);
+    absl::StatusOr<DeviceLinear> d = UploadLinear(*fused, kernels);
     if (d.ok()) {
       out.push_back(std::move(*d));
       return out;
     }
   }
   for (const LinearWeight* p : parts) {
-    DQ_ASSIGN_OR_RETURN(DeviceLinear d, UploadLinear(*p));
+    DQ_ASSIGN_OR_RETURN(DeviceLinear d, UploadLinear(*p, kernels));
     out.push_back(std::move(d));
   }
   return out;
@@ -79,9 +80,11 @@ absl::StatusOr<std::vector<DeviceLinear>> UploadGroup(std::vector<const LinearWe
 
 }  // namespace
 
-DeviceKvCache::DeviceKvCache(const KvCacheOptions& kv) : kv_(kv) {
-  const size_t per_tensor = static_cast<size_t>(kv.num_layers) * kv.num_blocks * kv.block_size *
-                            kv.num_kv_heads * kv.head_dim * 2;
+DeviceKvCache::DeviceKvCache(const KvCacheOptions& kv)
+    : kv_(kv),
+      layout_(KvTensorLayout::Paged(kv.num_layers, kv.num_blocks, kv.block_size, kv.num_kv_heads,
+                                    kv.head_dim, sizeof(__nv_bfloat16))) {
+  const size_t per_tensor = layout_.tensor_bytes();
   k_ = DeviceBuffer(per_tensor);
   v_ = DeviceBuffer(per_tensor);
   CUDA_CHECK(cudaMemset(k_.get(), 0, per_tensor));
@@ -90,10 +93,8 @@ DeviceKvCache::DeviceKvCache(const KvCacheOptions& kv) : kv_(kv) {
 
 KvCacheLayer DeviceKvCache::layer(int l) const {
   KvCacheLayer c;
-  const int64_t layer_elems =
-      static_cast<int64_t>(kv_.num_blocks) * kv_.block_size * kv_.num_kv_heads * kv_.head_dim;
-  c.k = k_.get<__nv_bfloat16>() + l * layer_elems;
-  c.v = v_.get<__nv_bfloat16>() + l * layer_elems;
+  c.k = reinterpret_cast<__nv_bfloat16*>(k_.get<char>() + layout_.offset(l, 0));
+  c.v = reinterpret_cast<__nv_bfloat16*>(v_.get<char>() + layout_.offset(l, 0));
   c.num_blocks = kv_.num_blocks;
   c.block_size = kv_.block_size;
   c.num_kv_heads = kv_.num_kv_heads;
@@ -110,35 +111,37 @@ CudaDecoderModel::~CudaDecoderModel() {
 
 namespace {
 
-absl::StatusOr<DeviceAttention> UploadAttention(const AttentionBlock& a) {
+absl::StatusOr<DeviceAttention> UploadAttention(const AttentionBlock& a,
+                                                const KernelOptions& kernels) {
   DeviceAttention d;
   d.norm = Floats(a.norm);
   if (a.has_qk_norm()) {
     d.q_norm = Floats(a.q_norm);
     d.k_norm = Floats(a.k_norm);
   }
-  DQ_ASSIGN_OR_RETURN(d.qkv, UploadGroup({&a.q, &a.k, &a.v}));
-  DQ_ASSIGN_OR_RETURN(d.o, UploadLinear(a.o));
+  DQ_ASSIGN_OR_RETURN(d.qkv, UploadGroup({&a.q, &a.k, &a.v}, kernels));
+  DQ_ASSIGN_OR_RETURN(d.o, UploadLinear(a.o, kernels));
   d.kv_layer = a.kv_layer;
   return d;
 }
 
-absl::StatusOr<DeviceMlp> UploadMlp(const MlpBlock& m) {
+absl::StatusOr<DeviceMlp> UploadMlp(const MlpBlock& m, const KernelOptions& kernels) {
   DeviceMlp d;
   d.norm = Floats(m.norm);
-  DQ_ASSIGN_OR_RETURN(d.gate_up, UploadGroup({&m.gate, &m.up}));
-  DQ_ASSIGN_OR_RETURN(d.down, UploadLinear(m.down));
+  DQ_ASSIGN_OR_RETURN(d.gate_up, UploadGroup({&m.gate, &m.up}, kernels));
+  DQ_ASSIGN_OR_RETURN(d.down, UploadLinear(m.down, kernels));
   return d;
 }
 
-absl::StatusOr<CudaDecoderModel::Layer> UploadLayer(const ProgramLayer& pl) {
+absl::StatusOr<CudaDecoderModel::Layer> UploadLayer(const ProgramLayer& pl,
+                                                    const KernelOptions& kernels) {
   CudaDecoderModel::Layer l;
   for (const Block& b : pl.blocks) {
     if (const auto* a = std::get_if<AttentionBlock>(&b)) {
-      DQ_ASSIGN_OR_RETURN(DeviceAttention d, UploadAttention(*a));
+      DQ_ASSIGN_OR_RETURN(DeviceAttention d, UploadAttention(*a, kernels));
       l.blocks.emplace_back(std::move(d));
     } else {
-      DQ_ASSIGN_OR_RETURN(DeviceMlp d, UploadMlp(std::get<MlpBlock>(b)));
+      DQ_ASSIGN_OR_RETURN(DeviceMlp d, UploadMlp(std::get<MlpBlock>(b), kernels));
       l.blocks.emplace_back(std::move(d));
     }
   }
@@ -193,7 +196,7 @@ absl::Status CudaDecoderModel::Upload(const DecoderModel& cpu,
   for (const ProgramLayer& pl : w.layers) {
     // Streamed: each layer is uploaded as the resident model would hold it, its image kept by
     // the streamer, and its device memory freed before the next one.
-    DQ_ASSIGN_OR_RETURN(Layer l, UploadLayer(pl));
+    DQ_ASSIGN_OR_RETURN(Layer l, UploadLayer(pl, options_.kernels));
     CountLinears(l, stats_, fp8_linears);
     if (streamer_) {
       DQ_RETURN_IF_ERROR(streamer_->AddLayer(l));
@@ -216,7 +219,7 @@ absl::Status CudaDecoderModel::Upload(const DecoderModel& cpu,
     stats_.shared_weight_bytes = embedding_.bytes() + lm_head_.device_bytes();
   } else {
     DQ_ASSIGN_OR_RETURN(embedding_, UploadEmbedding(w.embedding));
-    DQ_ASSIGN_OR_RETURN(lm_head_, UploadLinear(w.lm_head));
+    DQ_ASSIGN_OR_RETURN(lm_head_, UploadLinear(w.lm_head, options_.kernels));
     stats_.weight_bytes += embedding_.bytes() + lm_head_.device_bytes();
   }
   // FP8 attention goes with FP8 linears: every layer linear W8A8 in e4m3.
@@ -237,6 +240,7 @@ void CudaDecoderModel::AllocateWorkspace() {
   stream_owner_ = std::shared_ptr<CUstream_st>(s, [](cudaStream_t x) { cudaStreamDestroy(x); });
   stream_ = s;
   linear_ = std::make_shared<LinearContext>();
+  linear_->SetOptions(options_.kernels);
   const int64_t max_in = std::max<int64_t>(c.intermediate_size, std::max(c.hidden_size, c.q_dim()));
   const int64_t max_out = std::max<int64_t>(2 * c.intermediate_size, c.q_dim() + 2 * c.kv_dim());
   linear_->Reserve(options_.max_batch_tokens, max_in, max_out);
@@ -327,6 +331,7 @@ absl::StatusOr<std::unique_ptr<CudaDecoderModel>> CudaDecoderModel::Create(
         "size divisible by 8 (this model: ", cc.num_heads, " / ", cc.num_kv_heads,
         " heads, hidden ", cc.hidden_size, ")"));
   }
+  DQ_RETURN_IF_ERROR(ValidateKernelOptions(options.kernels));
   CUDA_CHECK(cudaSetDevice(options.device));
   std::unique_ptr<CudaDecoderModel> m(new CudaDecoderModel());
   m->config_ = cpu.config();
@@ -344,10 +349,11 @@ absl::StatusOr<std::unique_ptr<CudaDecoderModel>> CudaDecoderModel::Create(
   m->AllocateFp8AttentionWorkspace();
   spdlog::info(
       "cuda model: {:.1f} MiB of weights, {:.1f} MiB of KV cache, fused qkv in {}/{} "
-      "layers, gate|up in {}/{}, activations quantized in {}/{} layer linears",
+      "layers, gate|up in {}/{}, activations quantized in {}/{} layer linears; kernels {}",
       m->stats_.weight_bytes / 1048576.0, m->stats_.kv_cache_bytes / 1048576.0,
       m->stats_.fused_qkv_layers, cc.num_layers, m->stats_.fused_gate_up_layers, cc.num_layers,
-      m->stats_.act_quantized_linears, m->stats_.layer_linears);
+      m->stats_.act_quantized_linears, m->stats_.layer_linears,
+      KernelOptionsToString(options.kernels));
   if (m->streamer_) {
     spdlog::info(
         "cuda model: layers streamed ({:.1f} MiB per pass) through {} slots of {:.1f} MiB; "

@@ -41,6 +41,9 @@ struct CudaBackendOptions {
   // outputs move by a few percent of their scale), so it is off unless asked for; models of
   // other formats ignore it.
   bool fp8_attention = false;
+  // Which kernel variants run where there is a choice (kernel_options.h; defaults: the measured
+  // winners). Checked once at start-up with ValidateKernelOptions.
+  KernelOptions kernels;
 };
 
 // The device KV cache both phases share: per layer, K and V regions in the pool's layout.
@@ -49,10 +52,13 @@ class DeviceKvCache {
   explicit DeviceKvCache(const KvCacheOptions& kv);
   KvCacheLayer layer(int l) const;
   const KvCacheOptions& options() const { return kv_; }
+  // Each of K and V: the pool's layout in bf16.
+  const KvTensorLayout& layout() const { return layout_; }
   int64_t bytes() const { return 2 * static_cast<int64_t>(k_.bytes()); }
 
  private:
   KvCacheOptions kv_;
+  KvTensorLayout layout_;
   DeviceBuffer k_, v_;  // [layers][blocks][block_size][kv_heads][head_dim] bf16
 };
 

@@ -348,6 +348,7 @@ void CudaDecoderModel::EnqueueAttentionCore(const Plan& plan, const __nv_bfloat1
   a.num_seqs = plan.seqs;
   a.num_heads = c.num_heads;
   a.max_q_len = plan.max_q_len;
+  a.variant = options_.kernels.prefill_attention;
   if (!plan.fp8_attention) {
     PrefillAttentionForward(a, cache, stream_);
     return;

@@ -1,9 +1,12 @@
 // Decode GEMV / dequantization for the uniform int2/int3/int4/int8 schemes (int_codec.h),
 // read in their stored layout: each row an LSB-first bit stream, F16 scales and U8 zero points
 // per group. w' = float(q - z) * s, exactly the CPU reference's one product.
-#include <atomic>
-#include <cstdlib>
-
+//
+// Deleted in issue 18 with its DQ_WO_INT4_M1 knob: a persistent int4 m = 1 kernel (Int4M1Kernel,
+// x in shared memory), off by default since it was written. On the H200 (Qwen3-4B step, int4
+// g128, m = 1) its first version ran 323 tok/s against the generic kernel's 616, the
+// bank-conflict-free one at parity (0.93-1.12x per shape: commit 8bc77d9); and int4 with groups
+// of 64 / 128 has since gone to the tile GEMV (gemv_int_tile.cu) before this file is asked.
 #include "engine/cuda/weight_only_kernels.cuh"
 
 namespace dq::cuda::wo {
@@ -268,226 +271,7 @@ void RunIntMma(const GemvParams& p, int m, __nv_bfloat16* dequant_out, cudaStrea
   }
 }
 
-// ---------------------------------------------------------------------------------------------
-// int4, m = 1, stored (LSB-first) layout: a persistent GEMV. A grid of about as many warps as fit
-// at once (at most what the rows need) loops over tiles of 2 rows; a warp's work is a list of
-// items (tile, chunk of 32·U 16-byte units), and the codes + scales of item i + 1 are loaded into
-// registers before item i is computed, so every warp keeps 2·U·512 bytes in flight at all times.
-// x is read once per CTA into shared memory as fp32, pre-scaled per position so that the nibble
-// decode needs no shift: input k = 8w + j of a unit sits in word w at bits 4j; for j' = j % 4 the
-// float with bits 0x4B000000 | (word & 0xF << 4j') (the high nibbles after one >> 16) is
-// 2^23 + q·16^j', minus 2^23 + z·16^j' gives (q − z)·16^j' exactly, and x'[k] = x[k]·16^-j'
-// (a power-of-two scaling, exact). Per unit (32 inputs, one group) d = Σ (q − z)·x accumulates
-// exact products in fp32; the scale is applied once per unit (acc += s·d), a reordering of the
-// fp32 sums. ~3 instructions per weight against ~6 for the generic trait kernel.
-constexpr int kP4Warps = 8;
-constexpr int kP4MaxIn = 12288;  // x' in shared memory: 48 KiB
-
-template <int U>
-struct P4Item {
-  uint4 q[U][2];
-  uint32_t sz[U][2];  // F16 scale bits | zero point << 16
-};
-
-template <int U>
-__device__ __forceinline__ void P4Load(const GemvParams& p, int64_t tile, int chunk, bool valid,
-                                       int units, int lane, P4Item<U>& d) {
-  int64_t rows[2] = {2 * tile, 2 * tile + 1};
-#pragma unroll
-  for (int r = 0; r < 2; ++r) rows[r] = rows[r] < p.out ? rows[r] : p.out - 1;
-#pragma unroll
-  for (int i = 0; i < U; ++i) {
-    const int u = chunk * 32 * U + 32 * i + lane;
-    const bool ok = valid && u < units;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (ok) {
-        d.q[i][r] = LoadStream16(p.codes + rows[r] * p.codes_row + int64_t{u} * 16);
-        const int64_t g = (int64_t{u} * 32) >> p.group_shift;
-        const uint32_t s = LoadAligned<uint16_t>(p.scales + rows[r] * p.scales_row + 2 * g);
-        const uint32_t z = p.aux[rows[r] * p.aux_row + g];
-        d.sz[i][r] = s | (z << 16);
-      } else {
-        d.q[i][r] = make_uint4(0, 0, 0, 0);
-        d.sz[i][r] = 0;
-      }
-    }
-  }
-}
-
-// Index of float4 v (0..7) of unit u in the shared x': XOR-swizzled so that the 8 lanes of a
-// quarter warp (8 consecutive units, one LDS.128 each) hit 8 distinct bank quads.
-__device__ __forceinline__ int P4XIndex(int u, int v) { return 8 * u + (v ^ (u & 7)); }
-
-template <int U>
-__global__ void __launch_bounds__(kP4Warps * 32) Int4M1Kernel(const GemvParams p) {
-  extern __shared__ float4 xs[];  // x'[k] = x[k]·16^-(k % 4), fp32, at P4XIndex
-  GridDepLaunch();
-  const int lane = threadIdx.x & 31;
-  const int64_t gwarp = int64_t{blockIdx.x} * kP4Warps + (threadIdx.x >> 5);
-  const int64_t nwarps = int64_t{gridDim.x} * kP4Warps;
-  const int units = static_cast<int>(p.in / 32);
-  const int nchunks = (units + 32 * U - 1) / (32 * U);
-  const int64_t tiles = (p.out + 1) / 2;
-  const int64_t my_tiles = gwarp < tiles ? (tiles - gwarp + nwarps - 1) / nwarps : 0;
-  const int64_t nitems = my_tiles * nchunks;
-  int64_t tile = gwarp;  // the current item: tile (2 rows) and chunk of units
-  int chunk = 0;
-  P4Item<U> cur;
-  P4Load<U>(p, tile, chunk, nitems > 0, units, lane, cur);
-  GridDepWait();
-  {
-    const uint4* x8 = reinterpret_cast<const uint4*>(p.x);
-    for (int c = threadIdx.x; c < p.in / 8; c += kP4Warps * 32) {
-      const uint4 v = __ldg(x8 + c);
-      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-      float f[8];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        f[2 * i] = __uint_as_float(w[i] << 16);
-        f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-      }
-      constexpr float kS[4] = {1.0f, 1.0f / 16, 1.0f / 256, 1.0f / 4096};
-      const int u = c >> 2, h = 2 * (c & 3);  // 8 bf16 = float4s h, h + 1 of unit u
-      xs[P4XIndex(u, h)] = make_float4(f[0] * kS[0], f[1] * kS[1], f[2] * kS[2], f[3] * kS[3]);
-      xs[P4XIndex(u, h + 1)] = make_float4(f[4] * kS[0], f[5] * kS[1], f[6] * kS[2], f[7] * kS[3]);
-    }
-  }
-  __syncthreads();
-  float acc[2] = {0.0f, 0.0f};
-  for (int64_t it = 0; it < nitems; ++it) {
-    const bool last_chunk = chunk == nchunks - 1;
-    const int64_t next_tile = last_chunk ? tile + nwarps : tile;
-    const int next_chunk = last_chunk ? 0 : chunk + 1;
-    P4Item<U> next;
-    P4Load<U>(p, next_tile, next_chunk, it + 1 < nitems, units, lane, next);
-#pragma unroll
-    for (int i = 0; i < U; ++i) {
-      const int u = chunk * 32 * U + 32 * i + lane;
-      if (u < units) {
-        float zf[2][4], d[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const uint32_t z = cur.sz[i][r] >> 16;
-#pragma unroll
-          for (int j = 0; j < 4; ++j) zf[r][j] = __uint_as_float(0x4B000000u | (z << (4 * j)));
-        }
-#pragma unroll
-        for (int wi = 0; wi < 4; ++wi) {
-          const float4 xa = xs[P4XIndex(u, 2 * wi)], xb = xs[P4XIndex(u, 2 * wi + 1)];
-          const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const uint4 qv = cur.q[i][r];
-            const uint32_t w = wi == 0 ? qv.x : wi == 1 ? qv.y : wi == 2 ? qv.z : qv.w;
-            const uint32_t h[2] = {w, w >> 16};
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-              const float f =
-                  __fsub_rn(__uint_as_float(0x4B000000u | (h[j / 4] & (0xFu << (4 * (j % 4))))),
-                            zf[r][j % 4]);
-              d[r] = fmaf(f, xv[j], d[r]);
-            }
-          }
-        }
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          acc[r] =
-              fmaf(F16BitsToFloat(static_cast<uint16_t>(cur.sz[i][r] & 0xFFFFu)), d[r], acc[r]);
-        }
-      }
-    }
-    if (last_chunk) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float v = acc[r];
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        const int64_t row = 2 * tile + r;
-        if (lane == r && row < p.out) {
-          if (p.y_acc != nullptr) {
-            p.y_acc[row] += v;
-          } else {
-            p.y[row] = __float2bfloat16_rn(v);
-          }
-        }
-        acc[r] = 0.0f;
-      }
-    }
-    cur = next;
-    tile = next_tile;
-    chunk = next_chunk;
-  }
-}
-
-// Blocks of Int4M1Kernel<U> resident per SM with `smem` bytes each (cached per x length).
-template <int U>
-int P4BlocksPerSm(int in) {
-  static int cache[kP4MaxIn / 32 + 1] = {};
-  int& c = cache[in / 32];
-  if (c == 0) {
-    const int smem = in * 4;
-    if (smem > 48 * 1024) return 0;
-    int n = 0;
-    CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, Int4M1Kernel<U>, kP4Warps * 32, smem));
-    c = n > 0 ? n : 1;
-  }
-  return c;
-}
-
-template <int U>
-void LaunchInt4M1(const GemvParams& p, cudaStream_t stream) {
-  const int64_t tiles = (p.out + 1) / 2;
-  const int64_t max_warps =
-      int64_t{SmCount()} * P4BlocksPerSm<U>(static_cast<int>(p.in)) * kP4Warps;
-  const int64_t per_warp = (tiles + max_warps - 1) / max_warps;
-  const int64_t warps = (tiles + per_warp - 1) / per_warp;
-  detail::LaunchPdl(Int4M1Kernel<U>, dim3(static_cast<unsigned>((warps + kP4Warps - 1) / kP4Warps)),
-                    dim3(kP4Warps * 32), static_cast<size_t>(p.in) * 4, stream, p);
-}
-
-// Which int4 m = 1 kernel runs: 0 the generic trait kernel, else Int4M1Kernel<U> with this U.
-// DQ_WO_INT4_M1 (0, 2, 4) overrides kInt4M1Default, for A/B timing; the tests run every variant
-// through SetInt4M1Variant.
-// Off: on H200 (Qwen3-4B 36-layer step, streamed, m = 1, int4 g128) the first version of this
-// kernel ran 615 GB/s / 323 tok/s (U = 4) and 542 GB/s / 285 tok/s (U = 2), against the generic
-// kernel's 1172 GB/s / 616 tok/s. That version read x' from shared memory with a 128-byte lane
-// stride (an 8-way bank conflict on every LDS.128, which caps the SM at ~8 weights per cycle);
-// the XOR swizzle (P4XIndex) removes it but has not been timed yet.
-constexpr int kInt4M1Default = 0;
-std::atomic<int> g_int4_m1_override{-1};
-int Int4M1Variant() {
-  const int o = g_int4_m1_override.load(std::memory_order_relaxed);
-  if (o >= 0) return o;
-  static const int v = [] {
-    const char* e = std::getenv("DQ_WO_INT4_M1");
-    if (e == nullptr) return kInt4M1Default;
-    const int n = std::atoi(e);
-    return n == 2 || n == 4 ? n : 0;
-  }();
-  return v;
-}
-
-bool TryInt4M1(const GemvParams& p, int m, cudaStream_t stream) {
-  if (m != 1 || p.in > kP4MaxIn || p.in % 32 != 0 || p.group_shift < 5 || p.out < 1) return false;
-  switch (Int4M1Variant()) {
-    case 2:
-      LaunchInt4M1<2>(p, stream);
-      return true;
-    case 4:
-      LaunchInt4M1<4>(p, stream);
-      return true;
-    default:
-      return false;
-  }
-}
-
 }  // namespace
-
-void SetInt4M1Variant(int variant) {
-  g_int4_m1_override.store(variant < 0 ? -1 : variant, std::memory_order_relaxed);
-}
 
 bool LaunchIntFamily(int bits, const GemvParams& p, int m, __nv_bfloat16* dequant_out,
                      cudaStream_t stream) {
@@ -508,7 +292,6 @@ bool LaunchIntFamily(int bits, const GemvParams& p, int m, __nv_bfloat16* dequan
       RunFormat<IntFormat<3>>(p, m, dequant_out, stream);
       return true;
     case 4:
-      if (dequant_out == nullptr && TryInt4M1(p, m, stream)) return true;
       RunFormat<IntFormat<4>>(p, m, dequant_out, stream);
       return true;
     case 8:

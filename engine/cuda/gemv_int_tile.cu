@@ -19,8 +19,6 @@
 // while the previous kernel drains.
 #include <cooperative_groups.h>
 
-#include <cstdlib>
-
 #include "engine/cuda/weight_only_kernels.cuh"
 
 namespace dq::cuda::wo {
@@ -416,14 +414,10 @@ __global__ void IntTileDequantKernel(const TileParams p, __nv_bfloat16* out) {
   }
 }
 
-// Warps per tile: the fewest (longest chunk runs per warp) that still give two CTAs per SM.
-int WarpsPerTileShift(int64_t tiles, int64_t nchunks) {
-  // DQ_TILE_WANT: CTAs wanted per SM (tuning; default 2).
-  static const int per_sm = [] {
-    const char* v = std::getenv("DQ_TILE_WANT");
-    return v != nullptr && std::atoi(v) > 0 ? std::atoi(v) : 2;
-  }();
-  const int64_t want = per_sm * int64_t{SmCount()};
+// Warps per tile: the fewest (longest chunk runs per warp) that still give `ctas_per_sm` CTAs
+// per SM (IntTileOptions::ctas_per_sm).
+int WarpsPerTileShift(int64_t tiles, int64_t nchunks, int ctas_per_sm) {
+  const int64_t want = ctas_per_sm * int64_t{SmCount()};
   for (int shift = 0; shift < 3; ++shift) {
     const int64_t per_cta = kTileWarps >> shift;
     if ((tiles + per_cta - 1) / per_cta >= want && nchunks >= (1 << shift)) return shift;
@@ -480,18 +474,14 @@ void RunIntTile(const GemvParams& gp, int m, __nv_bfloat16* dequant_out, cudaStr
   }
   constexpr int kStages = kBits == 4 ? 8 : 6;
   // Few tiles (out = 2560: Qwen3-4B's o and down) and long rows: 16 warps on each tile, as a
-  // cluster of 4 CTAs of 4 warps (DQ_TILE_CLUSTER=0: one 16-warp CTA), so that the rows' bytes
-  // spread evenly over every SM.
+  // cluster of 4 CTAs of 4 warps (IntTileOptions::cluster, the default), so that the rows' bytes
+  // spread evenly over every SM, or as one 16-warp CTA.
   if (p.tiles < 2 * int64_t{SmCount()} && nchunks >= 16) {
-    static const bool cluster = [] {
-      const char* v = std::getenv("DQ_TILE_CLUSTER");
-      return v == nullptr || v[0] != '0';
-    }();
-    if (cluster) return LaunchCluster<kBits, kStages, 4, 4>(p, stream);
+    if (gp.int_tile.cluster) return LaunchCluster<kBits, kStages, 4, 4>(p, stream);
     p.kw_shift = 4;
     return LaunchRing<kBits, kStages, 16>(p, dim3(static_cast<unsigned>(p.tiles)), stream);
   }
-  p.kw_shift = WarpsPerTileShift(p.tiles, nchunks);
+  p.kw_shift = WarpsPerTileShift(p.tiles, nchunks, gp.int_tile.ctas_per_sm);
   const int64_t per_cta = kTileWarps >> p.kw_shift;
   LaunchRing<kBits, kStages, kTileWarps>(
       p, dim3(static_cast<unsigned>((p.tiles + per_cta - 1) / per_cta)), stream);

@@ -23,6 +23,15 @@ __device__ __forceinline__ void PdlTrigger() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
+// The one environment switch of the kernels, a kill switch (docs/serving.md, "Kernel options"):
+// with DQ_NO_PDL set (to anything) every launch is a plain one, without the PDL attribute. For
+// per-kernel profiles without launch overlap (bench/results/gpu_profile_nopdl_h200.json) and to
+// rule PDL out when a kernel misbehaves; results are the same. Read once per process.
+inline bool PdlEnabled() {
+  static const bool on = std::getenv("DQ_NO_PDL") == nullptr;
+  return on;
+}
+
 // kernel<<<grid, block, smem, stream>>>(args...) with the PDL launch attribute.
 template <typename... Params, typename... Args>
 void LaunchPdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
@@ -36,9 +45,7 @@ void LaunchPdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cu
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  // DQ_NO_PDL=1: plain launches, for A/B timing.
-  static const bool pdl = std::getenv("DQ_NO_PDL") == nullptr;
-  cfg.numAttrs = pdl ? 1 : 0;
+  cfg.numAttrs = PdlEnabled() ? 1 : 0;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
@@ -59,8 +66,7 @@ void LaunchPdlCluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
   attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[1].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  static const bool pdl = std::getenv("DQ_NO_PDL") == nullptr;
-  cfg.numAttrs = pdl ? 2 : 1;
+  cfg.numAttrs = PdlEnabled() ? 2 : 1;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 

@@ -127,10 +127,9 @@ int64_t DeviceLinear::device_bytes() const {
   return weight.bytes() + weight_scale.bytes() + weight_only.device_bytes();
 }
 
-absl::StatusOr<DeviceLinear> UploadLinear(const LinearWeight& w) {
+absl::StatusOr<DeviceLinear> UploadLinear(const LinearWeight& w, const KernelOptions& kernels) {
   if (w.codec != nullptr && w.mode == ComputeMode::kW4A4 && w.codec->scheme() == "nvfp4") {
-    DQ_ASSIGN_OR_RETURN(const Nvfp4Path path, Nvfp4PathForCurrentDevice());
-    return UploadLinear(w, path);
+    return UploadLinear(w, Nvfp4PathForCurrentDevice(kernels.nvfp4_gemm));
   }
   return UploadLinear(w, Nvfp4Path::kUnpackBf16);
 }
@@ -170,6 +169,7 @@ struct LinearContext::Impl {
   DeviceBuffer act_bf16;   // bf16 [m, in]: packed NVFP4 activations unpacked (no FP4 GEMM)
   bool force_epilogue = false;
   bool logged_fp4_fallback = false;
+  KernelOptions options;
 
   template <typename T = void>
   T* Ensure(DeviceBuffer& buf, int64_t bytes, cudaStream_t stream, const char* what) {
@@ -197,14 +197,17 @@ void LinearContext::Reserve(int64_t max_m, int64_t max_in, int64_t max_out) {
   c.Ensure(c.row_scale, 4 * max_m, s, "row scale");
   c.Ensure(c.weight, 2 * max_out * max_in, s, "weight");
   c.Ensure(c.acc, 4 * EpilogueRows(max_m, max_out) * max_out, s, "epilogue");
-  if (Nvfp4PathIfChosen() != Nvfp4Path::kNativeFp4) return;
-  c.Ensure(c.act_scale, TiledScaleBytes(max_m, (max_in + 15) / 16), s, "activation block scale");
-  // The native path's bf16 stand-in runs where FP4 tensor cores are missing (cc < 10).
   int device = 0, major = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  if (ResolveNvfp4Path(major, c.options.nvfp4_gemm) != Nvfp4Path::kNativeFp4) return;
+  c.Ensure(c.act_scale, TiledScaleBytes(max_m, (max_in + 15) / 16), s, "activation block scale");
+  // The native path's bf16 stand-in runs where FP4 tensor cores are missing (cc < 10).
   if (major < 10) c.Ensure(c.act_bf16, 2 * max_m * max_in, s, "unpacked activation");
 }
+
+void LinearContext::SetOptions(const KernelOptions& options) { impl_->options = options; }
+const KernelOptions& LinearContext::options() const { return impl_->options; }
 
 void LinearContext::ForceScaleEpilogueForTesting(bool on) { impl_->force_epilogue = on; }
 
@@ -356,9 +359,11 @@ void ForwardNvfp4Native(const DeviceLinear& w, const LinearArgs& a, LinearContex
 // The GEMV kernels, 8 rows of x per launch: every row's sum runs in the same order whatever m is
 // (the kernels' per-row work does not depend on the other rows).
 template <class Gemv>
-void ChunkedGemv(const DeviceLinear& w, const LinearArgs& a, Gemv gemv) {
+void ChunkedGemv(const DeviceLinear& w, const LinearArgs& a, const LinearContext::Impl& c,
+                 Gemv gemv) {
   for (int64_t r = 0; r < a.m; r += 8) {
     WeightOnlyGemvArgs g;
+    g.int_tile = c.options.int_tile;
     g.x = a.x + r * w.in_features;
     g.m = static_cast<int>(std::min<int64_t>(8, a.m - r));
     g.y_bf16 = a.y_bf16 ? a.y_bf16 + r * w.out_features : nullptr;
@@ -371,7 +376,7 @@ void ForwardWeightOnly(const DeviceLinear& w, const LinearArgs& a, LinearContext
                        cudaStream_t stream) {
   if (a.m <= 8 || a.row_invariant) {
     return ChunkedGemv(
-        w, a, [&](const WeightOnlyGemvArgs& g) { WeightOnlyGemv(w.weight_only, g, stream); });
+        w, a, c, [&](const WeightOnlyGemvArgs& g) { WeightOnlyGemv(w.weight_only, g, stream); });
   }
   auto* wb =
       c.Ensure<__nv_bfloat16>(c.weight, 2 * w.out_features * w.in_features, stream, "weight");
@@ -396,7 +401,7 @@ void LinearForward(const DeviceLinear& w, const LinearArgs& args, LinearContext&
       // the whole model: bf16 decode 298 -> 317 tok/s at batch 1); from 4 rows on cuBLASLt is
       // faster (1130 vs 1037 tok/s at batch 4, 2169 vs 1456 at 8), so it keeps those.
       if ((args.m == 1 || args.row_invariant) && w.in_features % 8 == 0) {
-        return ChunkedGemv(w, args, [&](const WeightOnlyGemvArgs& g) {
+        return ChunkedGemv(w, args, c, [&](const WeightOnlyGemvArgs& g) {
           Bf16Gemv(w.weight.get<__nv_bfloat16>(), w.out_features, w.in_features, g, stream);
         });
       }

@@ -20,13 +20,13 @@
 // packed costs one pass over 0.56 + 2 bytes per weight per call (small beside the GEMM from
 // m ~ 1K tokens) and keeps the device footprint at NVFP4's 0.56 bytes per weight instead of 2.
 //
-// NVFP4 W4A4 on Blackwell (kNvfp4W4A4Native, chosen per device by nvfp4_path.h): activations
+// NVFP4 W4A4 on Blackwell (kNvfp4W4A4Native, chosen per device in nvfp4_path.h): activations
 // are quantized per token to packed E2M1 + UE4M3 block scales (the same codes as above and as
 // the CPU's), the weights' block scales are stored in cuBLASLt's tiled layout at upload, and
 // cuBLASLt's block-scaled FP4 GEMM (CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3) multiplies them;
 // the global scales go into alpha (static) or the per-token epilogue (dynamic) as above. Where
-// cuBLASLt has no FP4 kernel for a call (a Hopper forced onto this path by DQ_NVFP4_GEMM=native,
-// or an unsupported shape), the same stored operands are unpacked to bf16 instead.
+// cuBLASLt has no FP4 kernel for a call (a Hopper forced onto this path by the kernel option
+// nvfp4_gemm=native, or an unsupported shape), the same stored operands are unpacked to bf16.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -37,6 +37,7 @@
 
 #include "common/status.h"
 #include "engine/cuda/device_buffer.h"
+#include "engine/cuda/kernel_options.h"
 #include "engine/cuda/nvfp4_path.h"
 #include "engine/cuda/weight_only.h"
 #include "engine/model/linear_weight.h"
@@ -73,9 +74,9 @@ struct DeviceLinear {
 // Copies (and, where the device layout differs, repacks) a CPU weight to the device, keeping
 // its format and compute mode. Errors: a dtype/scheme/mode with no device implementation
 // (the message names it and lists what is supported).
-// NVFP4 W4A4 layers take the current device's Nvfp4PathForCurrentDevice() (errors: a bad
-// DQ_NVFP4_GEMM value).
-absl::StatusOr<DeviceLinear> UploadLinear(const LinearWeight& w);
+// NVFP4 W4A4 layers take the path `kernels.nvfp4_gemm` gives on the current device
+// (Nvfp4PathForCurrentDevice); the model passes its CudaBackendOptions::kernels.
+absl::StatusOr<DeviceLinear> UploadLinear(const LinearWeight& w, const KernelOptions& kernels = {});
 // The same with the NVFP4 W4A4 path given (tests: both paths on one device).
 absl::StatusOr<DeviceLinear> UploadLinear(const LinearWeight& w, Nvfp4Path nvfp4_path);
 
@@ -119,6 +120,13 @@ class LinearContext {
   // so max_out may leave out bf16 layers such as lm_head), and an fp32 epilogue tile of at most
   // 64 MiB. A forward that needs more outside capture grows the buffer; inside, it aborts.
   void Reserve(int64_t max_m, int64_t max_in, int64_t max_out);
+
+  // The model's kernel options (CudaBackendOptions::kernels; default: KernelOptions{}): the int
+  // tile GEMV's choices reach the weight-only GEMVs (WeightOnlyGemvArgs::int_tile), and Reserve
+  // sizes the NVFP4 scratch for the path nvfp4_gemm gives. Call before Reserve; the layers must
+  // have been uploaded with the same options (UploadLinear).
+  void SetOptions(const KernelOptions& options);
+  const KernelOptions& options() const;
 
   // Tests: route fp8 through the fp32-output GEMM + scale epilogue even where cuBLASLt's
   // outer-vector scaling is available (both paths must agree with the CPU reference).

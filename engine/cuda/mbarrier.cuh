@@ -1,4 +1,4 @@
-// Shared-memory mbarriers, named barriers and register reallocation for warp-specialized
+// Shared-memory mbarriers and register reallocation for warp-specialized
 // kernels (a producer warpgroup feeding consumer warpgroups through a ring of stages).
 #pragma once
 
@@ -12,11 +12,6 @@ __device__ __forceinline__ void Init(uint32_t bar, int count) {
 // Release-arrive (orders this thread's earlier writes before the phase completes).
 __device__ __forceinline__ void Arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Arrives once every cp.async this thread issued so far has landed; .noinc: the arrival counts
-// against the barrier's initial count (one per producer thread), not in addition to it.
-__device__ __forceinline__ void ArriveOnCpAsync(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 // Blocks until the phase with parity `parity` has completed (acquire). A fresh barrier counts
 // its phase "before 0" (parity 1) as complete, which lets producers start on empty stages.
@@ -45,14 +40,6 @@ __device__ __forceinline__ void BulkCopy(uint32_t dst, const void* src, uint32_t
           "r"(dst),
       "l"(src), "r"(bytes), "r"(bar)
       : "memory");
-}
-
-// Named barriers (ids 1..15; 0 is __syncthreads) over `threads` threads.
-__device__ __forceinline__ void NamedSync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void NamedArrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 // Per-warpgroup register budget (every warp of the warpgroup executes it).

@@ -1,12 +1,6 @@
 #include "engine/cuda/nvfp4_path.h"
 
 #include <cuda_runtime.h>
-#include <spdlog/spdlog.h>
-
-#include <cstdlib>
-#include <map>
-#include <mutex>
-#include <string>
 
 #include "engine/cuda/cuda_check.h"
 
@@ -17,47 +11,23 @@ const char* Nvfp4PathName(Nvfp4Path path) {
                                        : "unpack to bf16 (cuBLASLt bf16)";
 }
 
-absl::StatusOr<Nvfp4Path> ResolveNvfp4Path(int cc_major, const char* env) {
-  const std::string v = env != nullptr ? env : "";
-  if (v.empty()) return cc_major >= 10 ? Nvfp4Path::kNativeFp4 : Nvfp4Path::kUnpackBf16;
-  if (v == "native") return Nvfp4Path::kNativeFp4;
-  if (v == "unpack") return Nvfp4Path::kUnpackBf16;
-  return absl::InvalidArgumentError(
-      absl::StrCat("DQ_NVFP4_GEMM='", v,
-                   "' is not a known NVFP4 W4A4 GEMM path; set it to 'native' or 'unpack', or "
-                   "unset it to choose by compute capability"));
+Nvfp4Path ResolveNvfp4Path(int cc_major, Nvfp4Gemm choice) {
+  switch (choice) {
+    case Nvfp4Gemm::kNative:
+      return Nvfp4Path::kNativeFp4;
+    case Nvfp4Gemm::kUnpack:
+      return Nvfp4Path::kUnpackBf16;
+    case Nvfp4Gemm::kAuto:
+      break;
+  }
+  return cc_major >= 10 ? Nvfp4Path::kNativeFp4 : Nvfp4Path::kUnpackBf16;
 }
 
-namespace {
-
-std::mutex mu;
-std::map<int, Nvfp4Path> chosen;  // by device, under mu
-
-}  // namespace
-
-std::optional<Nvfp4Path> Nvfp4PathIfChosen() {
-  int device = 0;
+Nvfp4Path Nvfp4PathForCurrentDevice(Nvfp4Gemm choice) {
+  int device = 0, major = 0;
   CUDA_CHECK(cudaGetDevice(&device));
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = chosen.find(device);
-  if (it == chosen.end()) return std::nullopt;
-  return it->second;
-}
-
-absl::StatusOr<Nvfp4Path> Nvfp4PathForCurrentDevice() {
-  int device = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  std::lock_guard<std::mutex> lock(mu);
-  if (auto it = chosen.find(device); it != chosen.end()) return it->second;
-  cudaDeviceProp prop{};
-  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  const char* env = std::getenv("DQ_NVFP4_GEMM");
-  DQ_ASSIGN_OR_RETURN(const Nvfp4Path path, ResolveNvfp4Path(prop.major, env));
-  spdlog::info("nvfp4 w4a4 on device {} ({}, compute capability {}.{}): {}{}", device, prop.name,
-               prop.major, prop.minor, Nvfp4PathName(path),
-               env != nullptr && *env != '\0' ? " (set by DQ_NVFP4_GEMM)" : "");
-  chosen.emplace(device, path);
-  return path;
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return ResolveNvfp4Path(major, choice);
 }
 
 }  // namespace dq::cuda

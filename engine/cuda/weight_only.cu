@@ -301,10 +301,9 @@ void WeightOnlyGemv(const WeightOnlyWeights& w, const WeightOnlyGemvArgs& args,
   p.x = args.x;
   p.y = args.y_bf16;
   p.y_acc = args.y_accumulate;
+  p.int_tile = args.int_tile;
   Dispatch(w, p, args.m, nullptr, stream);
 }
-
-void SetWeightOnlyInt4M1Variant(int variant) { wo::SetInt4M1Variant(variant); }
 
 void DequantizeToBf16(const WeightOnlyWeights& w, __nv_bfloat16* out, cudaStream_t stream) {
   Dispatch(w, Params(w), 1, out, stream);

@@ -14,6 +14,7 @@
 #include "common/dtype.h"
 #include "common/status.h"
 #include "engine/cuda/device_buffer.h"
+#include "engine/cuda/kernel_options.h"
 #include "engine/model/linear_weight.h"
 
 namespace dq::cuda {
@@ -48,6 +49,9 @@ struct WeightOnlyGemvArgs {
   int m = 1;                         // 1..8
   __nv_bfloat16* y_bf16 = nullptr;   // [m, out] overwritten, or
   float* y_accumulate = nullptr;     // [m, out] fp32 accumulated into
+  // The int4 / int2 tile GEMV's kernel choices (KernelOptions::int_tile; other formats ignore
+  // them).
+  IntTileOptions int_tile;
 };
 
 // y = x · Wᵀ for m <= 8 rows (decode batches). Each weight byte is read once and reused for
@@ -65,9 +69,5 @@ void Bf16Gemv(const __nv_bfloat16* weight, int64_t out_features, int64_t in_feat
 // Writes the whole matrix dequantized, bf16 [out, in] row-major (prefill on weight-only weights
 // runs a bf16 GEMM on this).
 void DequantizeToBf16(const WeightOnlyWeights& w, __nv_bfloat16* out, cudaStream_t stream);
-
-// Testing / A-B timing: which kernel runs int4 GEMVs with m = 1. -1 the built-in default (or
-// $DQ_WO_INT4_M1), 0 the generic kernel, 2 / 4 the persistent kernel with that many units per lane.
-void SetWeightOnlyInt4M1Variant(int variant);
 
 }  // namespace dq::cuda

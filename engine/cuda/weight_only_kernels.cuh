@@ -21,6 +21,7 @@
 #include <cstdlib>
 
 #include "engine/cuda/cuda_check.h"
+#include "engine/cuda/kernel_options.h"
 #include "engine/cuda/kernel_util.cuh"
 
 namespace dq::cuda::wo {
@@ -40,6 +41,7 @@ struct GemvParams {
   const __nv_bfloat16* x = nullptr;
   __nv_bfloat16* y = nullptr;
   float* y_acc = nullptr;
+  IntTileOptions int_tile;  // LaunchIntTile's kernel choices (WeightOnlyGemvArgs::int_tile)
 };
 
 __device__ __forceinline__ void GridDepWait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
@@ -354,9 +356,6 @@ struct IntMmaLayoutInfo {
 // they run the GEMV for `m` rows. Each returns false for a variant it does not have.
 bool LaunchIntFamily(int bits, const GemvParams& p, int m, __nv_bfloat16* dequant_out,
                      cudaStream_t stream);
-// The int4 m = 1 kernel (gemv_int.cu): -1 the default, 0 the generic one, 2 / 4 the persistent
-// one with that many 16-byte units per lane.
-void SetInt4M1Variant(int variant);
 bool LaunchNvfp4LutFamily(int lut_bits, const GemvParams& p, int m, __nv_bfloat16* dequant_out,
                           cudaStream_t stream);  // lut_bits 0: nvfp4
 bool LaunchGgufFamily(int gguf_dtype, const GemvParams& p, int m, __nv_bfloat16* dequant_out,

@@ -10,6 +10,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/kvcache/kv_tensor_layout.h"
+
 namespace dq {
 
 struct KvCacheOptions {
@@ -104,12 +106,16 @@ class KvBlockPool {
   float* keys_data() { return keys_.data(); }
   float* values_data() { return values_.data(); }
   uint64_t region_bytes() const { return keys_.size() * sizeof(float); }
-  uint64_t layer_stride_bytes() const { return LayerStride() * sizeof(float); }
-  uint64_t block_bytes() const { return options_.block_size * TokenStride() * sizeof(float); }
-  // Byte offset of (layer, block) inside keys_data() / values_data().
-  uint64_t block_offset(int layer, int32_t block) const {
-    return layer * layer_stride_bytes() + static_cast<uint64_t>(block) * block_bytes();
+  // The layout of keys_data() and values_data() (or, without host storage, of the cache the
+  // backend holds with its own element size).
+  KvTensorLayout layout(int elem_bytes = sizeof(float)) const {
+    return KvTensorLayout::Paged(options_.num_layers, options_.num_blocks, options_.block_size,
+                                 options_.num_kv_heads, options_.head_dim, elem_bytes);
   }
+  uint64_t layer_stride_bytes() const { return layout().layer_stride_bytes(); }
+  uint64_t block_bytes() const { return layout().block_bytes; }
+  // Byte offset of (layer, block) inside keys_data() / values_data().
+  uint64_t block_offset(int layer, int32_t block) const { return layout().offset(layer, block); }
 
  private:
   int64_t TokenStride() const { return int64_t{options_.num_kv_heads} * options_.head_dim; }

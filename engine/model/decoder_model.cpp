@@ -151,11 +151,8 @@ void DecoderModel::Logits(const Batch& batch, Scratch& s, ThreadPool& threads,
   cpu::MatMul(program_.lm_head, rows.data(), n_rows, out->values.data(), threads);
 }
 
-absl::Status DecoderModel::Forward(const Batch& batch, KvBlockPool& pool, ThreadPool& threads,
-                                   BatchLogits* logits, const ForwardHooks& hooks) const {
-  DQ_RETURN_IF_ERROR(Check(batch, pool));
+void DecoderModel::Prepare(const Batch& batch, Scratch& s) const {
   const ModelConfig& c = config_;
-  Scratch s;
   s.m = batch.num_tokens();
   s.x.resize(s.m * c.hidden_size);
   s.h.resize(s.m * c.hidden_size);
@@ -171,9 +168,12 @@ absl::Status DecoderModel::Forward(const Batch& batch, KvBlockPool& pool, Thread
     }
   }
   s.attention.fp8 = options_.fp8_prefill_attention && PrefillShaped(batch);
-  Embed(batch, s.x.data());
-  const TapSet taps(hooks, c.num_layers);
-  for (int layer = 0; layer < static_cast<int>(program_.layers.size()); ++layer) {
+}
+
+void DecoderModel::RunLayers(int first, Scratch& s, KvBlockPool& pool, ThreadPool& threads,
+                             const ForwardHooks& hooks) const {
+  const TapSet taps(hooks, config_.num_layers);
+  for (int layer = first; layer < static_cast<int>(program_.layers.size()); ++layer) {
     for (const Block& block : program_.layers[layer].blocks) {
       if (const auto* a = std::get_if<AttentionBlock>(&block)) {
         RunAttention(layer, *a, s, pool, threads);
@@ -184,6 +184,35 @@ absl::Status DecoderModel::Forward(const Batch& batch, KvBlockPool& pool, Thread
     }
     if (taps.has(layer)) hooks.on_layer_output(layer, s.x);
   }
+}
+
+absl::Status DecoderModel::Forward(const Batch& batch, KvBlockPool& pool, ThreadPool& threads,
+                                   BatchLogits* logits, const ForwardHooks& hooks) const {
+  DQ_RETURN_IF_ERROR(Check(batch, pool));
+  Scratch s;
+  Prepare(batch, s);
+  Embed(batch, s.x.data());
+  RunLayers(0, s, pool, threads, hooks);
+  for (const BatchItem& it : batch.items) it.kv->num_tokens += static_cast<int>(it.tokens.size());
+  Logits(batch, s, threads, logits);
+  return absl::OkStatus();
+}
+
+absl::Status DecoderModel::ForwardFrom(int first_layer, std::span<const float> hidden,
+                                       const Batch& batch, KvBlockPool& pool, ThreadPool& threads,
+                                       BatchLogits* logits) const {
+  DQ_RETURN_IF_ERROR(Check(batch, pool));
+  const int64_t want = batch.num_tokens() * int64_t{config_.hidden_size};
+  if (first_layer < 0 || first_layer > config_.num_layers ||
+      static_cast<int64_t>(hidden.size()) != want) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ForwardFrom: layer ", first_layer, " of ", config_.num_layers, " with ", hidden.size(),
+        " hidden values; give a layer in range and [tokens, hidden] = ", want, " values"));
+  }
+  Scratch s;
+  Prepare(batch, s);
+  std::copy(hidden.begin(), hidden.end(), s.x.begin());
+  RunLayers(first_layer, s, pool, threads, {});
   for (const BatchItem& it : batch.items) it.kv->num_tokens += static_cast<int>(it.tokens.size());
   Logits(batch, s, threads, logits);
   return absl::OkStatus();

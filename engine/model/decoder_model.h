@@ -50,6 +50,13 @@ class DecoderModel : public ForwardModel {
   // token ids are in the vocabulary, positions stay below max_context.
   absl::Status Forward(const Batch& batch, KvBlockPool& pool, ThreadPool& threads,
                        BatchLogits* logits, const ForwardHooks& hooks = {}) const override;
+  // Forward from `hidden`, the residual stream entering layer `first_layer` ([tokens, hidden]
+  // fp32 in batch order: another backend's tap of layer first_layer - 1), instead of from the
+  // embedding: runs layers [first_layer, end) and the head, writes only those layers' K/V,
+  // advances kv->num_tokens. So one backend's last layers can be checked on the other's input,
+  // with one layer's rounding noise instead of the whole model's (tests/gpu/model_compare.h).
+  absl::Status ForwardFrom(int first_layer, std::span<const float> hidden, const Batch& batch,
+                           KvBlockPool& pool, ThreadPool& threads, BatchLogits* logits) const;
 
  private:
   struct Scratch;
@@ -59,6 +66,10 @@ class DecoderModel : public ForwardModel {
                     ThreadPool& threads) const;
   void RunMlp(int layer, const MlpBlock& w, Scratch& s, ThreadPool& threads) const;
   void Logits(const Batch& batch, Scratch& s, ThreadPool& threads, BatchLogits* out) const;
+  void Prepare(const Batch& batch, Scratch& s) const;
+  // Layers [first, end) over s.x; taps and KV hooks as Forward's.
+  void RunLayers(int first, Scratch& s, KvBlockPool& pool, ThreadPool& threads,
+                 const ForwardHooks& hooks) const;
 
   ModelConfig config_;
   ModelProgram program_;

@@ -190,16 +190,19 @@ constexpr double kPrefillTol = 1e-2;
 constexpr double kDecodeTol = 5e-3;
 
 void CheckPrefill(const Shape& s, const std::vector<int>& prefix, const std::vector<int>& fresh,
-                  int max_ref_rows) {
+                  int max_ref_rows,
+                  PrefillAttentionKernel variant = PrefillAttentionKernel::kWgmma64) {
   PrefillCase c(s, prefix, fresh);
   SCOPED_TRACE(testing::Message() << "seed " << c.seed << " " << s.name << " seqs " << prefix.size()
                                   << " tokens " << c.tokens);
+  c.a.variant = variant;
   PrefillAttentionForward(c.a, c.kv.layer, nullptr);
   const PrefillCase::Rows r = c.Sample(max_ref_rows);
   const double err = MaxRelError(r.got, CpuAttention(c.kv, s, r.toks, r.q));
   EXPECT_LT(err, kPrefillTol);
-  std::printf("prefill %s seqs=%zu tokens=%ld (checked %zu): max rel err %.2e\n", s.name,
-              prefix.size(), static_cast<long>(c.tokens), r.toks.size(), err);
+  std::printf("prefill %s [%s] seqs=%zu tokens=%ld (checked %zu): max rel err %.2e\n", s.name,
+              PrefillAttentionKernelName(variant), prefix.size(), static_cast<long>(c.tokens),
+              r.toks.size(), err);
 }
 
 TEST(GpuAttention, PrefillMatchesCpu) {
@@ -218,21 +221,21 @@ TEST(GpuAttention, LongPrefillMatchesCpuOnSampledRows) {
   CheckPrefill(kSmol, {1000}, {8191}, 24);
 }
 
-// Every prefill kernel (DQ_PREFILL_KERNEL picks one, as a tuning override) on the same checks:
-// head dims 128 and 64, one row, ragged batches over cached prefixes, a long prompt.
+// The prefill kernel that is not the default (KernelOptions::prefill_attention = wg128pp, through
+// PrefillAttentionArgs::variant) on the same checks: head dims 128 and 64, one row, ragged
+// batches over cached prefixes, a long prompt.
 TEST(GpuAttention, PrefillKernelVariantsMatchCpu) {
   DQ_REQUIRE_GPU();
-  for (const char* kernel : {"ws64", "ws64pp", "ws128", "ws128pp", "wg64", "wg128", "mma"}) {
-    SCOPED_TRACE(kernel);
-    setenv("DQ_PREFILL_KERNEL", kernel, 1);
+  for (const PrefillAttentionKernel kernel : {PrefillAttentionKernel::kWgmma128}) {
+    SCOPED_TRACE(PrefillAttentionKernelName(kernel));
     for (const Shape& s : {kQwen3, kSmol}) {
-      CheckPrefill(s, {0}, {1}, 1 << 20);
-      CheckPrefill(s, {0, 45, 300, 7}, {17, 130, 1, 257}, 1 << 20);
+      CheckPrefill(s, {0}, {1}, 1 << 20, kernel);
+      CheckPrefill(s, {0}, {200}, 1 << 20, kernel);
+      CheckPrefill(s, {0, 45, 300, 7}, {17, 130, 1, 257}, 1 << 20, kernel);
     }
-    CheckPrefill(kQwen3, {0}, {4099}, 24);
-    CheckPrefill(kSmol, {100}, {1000}, 24);
+    CheckPrefill(kQwen3, {0}, {4099}, 24, kernel);
+    CheckPrefill(kSmol, {100}, {1000}, 24, kernel);
   }
-  unsetenv("DQ_PREFILL_KERNEL");
 }
 
 // ---- FP8 prefill attention (attention_prefill_fp8.h) ----
@@ -277,20 +280,14 @@ void CheckPrefillFp8(const Shape& s, const std::vector<int>& prefix, const std::
 
 TEST(GpuAttention, PrefillFp8MatchesCpuEmulation) {
   DQ_REQUIRE_GPU();
-  // Both schedules of the kernel: free-running warpgroups (the default) and ping-pong.
-  for (const char* variant : {"pp", "nopp"}) {
-    SCOPED_TRACE(variant);
-    setenv("DQ_PREFILL_FP8_KERNEL", variant, 1);
-    for (const Shape& s : {kQwen3, kGroup8}) {
-      CheckPrefillFp8(s, {0}, {1}, 1 << 20);
-      CheckPrefillFp8(s, {0}, {200}, 1 << 20);
-      // Variable length + chunked prefill: cached prefixes of odd lengths.
-      CheckPrefillFp8(s, {0, 45, 300, 7}, {17, 130, 1, 257}, 1 << 20);
-    }
-    CheckPrefillFp8(kQwen3, {0}, {8192}, 24);
-    CheckPrefillFp8(kQwen3, {1000}, {4099}, 24);
+  for (const Shape& s : {kQwen3, kGroup8}) {
+    CheckPrefillFp8(s, {0}, {1}, 1 << 20);
+    CheckPrefillFp8(s, {0}, {200}, 1 << 20);
+    // Variable length + chunked prefill: cached prefixes of odd lengths.
+    CheckPrefillFp8(s, {0, 45, 300, 7}, {17, 130, 1, 257}, 1 << 20);
   }
-  unsetenv("DQ_PREFILL_FP8_KERNEL");
+  CheckPrefillFp8(kQwen3, {0}, {8192}, 24);
+  CheckPrefillFp8(kQwen3, {1000}, {4099}, 24);
   // head_dim 64 is not an FP8 shape: the capability query says so (callers take the bf16 path).
   PagedKv smol(kSmol, {8}, FreshSeed());
   EXPECT_FALSE(PrefillAttentionFp8Supported(smol.layer));

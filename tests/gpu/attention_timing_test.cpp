@@ -68,7 +68,14 @@ struct Cache {
   KvCacheLayer layer;
 };
 
-std::string PrefillTiming(int tokens, const char* kernel) {
+// A prefill kernel to time: the FP8 one, or a bf16 variant (KernelOptions::prefill_attention).
+struct PrefillKernel {
+  const char* name;
+  bool fp8;
+  PrefillAttentionKernel variant;
+};
+
+std::string PrefillTiming(int tokens, const PrefillKernel& kernel) {
   Cache cache(1, tokens);
   DeviceBuffer q(int64_t{tokens} * kHeads * kHeadDim * 2), out(q.bytes());
   CUDA_CHECK(cudaMemset(q.get(), 0x3c, q.bytes()));
@@ -84,10 +91,9 @@ std::string PrefillTiming(int tokens, const char* kernel) {
   a.num_seqs = 1;
   a.num_heads = kHeads;
   a.max_q_len = tokens;
-  // "fp8" / "fp8-pp": the FP8 kernel (free-running or ping-pong warpgroups), its quantization of Q,
-  // K and V included in the time.
-  const bool fp8 = std::string(kernel).rfind("fp8", 0) == 0;
-  setenv("DQ_PREFILL_FP8_KERNEL", std::string(kernel) == "fp8-pp" ? "pp" : "nopp", 1);
+  a.variant = kernel.variant;
+  // The FP8 kernel's time includes its quantization of Q, K and V.
+  const bool fp8 = kernel.fp8;
   PrefillAttentionFp8Args f;
   std::vector<int32_t> cu_q(2), cu_k(2);
   const std::vector<int32_t> ctx{tokens};
@@ -114,16 +120,16 @@ std::string PrefillTiming(int tokens, const char* kernel) {
   const double tflops = flops / (ms * 1e-3) / 1e12;
   const double peak = fp8 ? 2 * kPeakTflops : kPeakTflops;
   std::printf("prefill attention qwen3-4b T=%d [%s]: %.3f ms, %.1f TFLOP/s (%.1f%% of %.0f)\n",
-              tokens, kernel, ms, tflops, 100 * tflops / peak, peak);
+              tokens, kernel.name, ms, tflops, 100 * tflops / peak, peak);
   char buf[256];
   std::snprintf(buf, sizeof buf,
                 "{\"op\": \"prefill_attention\", \"kernel\": \"%s\", \"tokens\": %d, \"ms\": %.4f, "
                 "\"tflops\": %.2f, \"peak_tflops\": %.0f}",
-                kernel, tokens, ms, tflops, peak);
+                kernel.name, tokens, ms, tflops, peak);
   return buf;
 }
 
-std::string DecodeTiming(int seqs, int ctx, const char* stages) {
+std::string DecodeTiming(int seqs, int ctx) {
   Cache cache(seqs, ctx);
   DeviceBuffer q(int64_t{seqs} * kHeads * kHeadDim * 2), out(q.bytes());
   CUDA_CHECK(cudaMemset(q.get(), 0x3c, q.bytes()));
@@ -146,37 +152,34 @@ std::string DecodeTiming(int seqs, int ctx, const char* stages) {
   const double bytes = 2.0 * seqs * double(ctx) * kKvHeads * kHeadDim * 2;
   const double tbps = bytes / (ms * 1e-3) / 1e12;
   std::printf(
-      "decode attention qwen3-4b seqs=%d ctx=%d [stages %s]: %.1f us, %.0f GB/s (%.1f%% of %.1f "
-      "TB/s)\n",
-      seqs, ctx, stages, ms * 1e3, tbps * 1e3, 100 * tbps / kPeakTbps, kPeakTbps);
+      "decode attention qwen3-4b seqs=%d ctx=%d: %.1f us, %.0f GB/s (%.1f%% of %.1f TB/s)\n", seqs,
+      ctx, ms * 1e3, tbps * 1e3, 100 * tbps / kPeakTbps, kPeakTbps);
   char buf[256];
   std::snprintf(buf, sizeof buf,
-                "{\"op\": \"decode_attention\", \"stages\": %s, \"seqs\": %d, \"context\": %d, "
-                "\"us\": %.2f, \"kv_bytes\": %.0f, \"gbps\": %.1f, \"peak_gbps\": %.0f}",
-                stages, seqs, ctx, ms * 1e3, bytes, tbps * 1e3, kPeakTbps * 1e3);
+                "{\"op\": \"decode_attention\", \"seqs\": %d, \"context\": %d, \"us\": %.2f, "
+                "\"kv_bytes\": %.0f, \"gbps\": %.1f, \"peak_gbps\": %.0f}",
+                seqs, ctx, ms * 1e3, bytes, tbps * 1e3, kPeakTbps * 1e3);
   return buf;
 }
 
 TEST(GpuAttentionTiming, Qwen3Shape) {
   DQ_REQUIRE_GPU();
   std::vector<std::string> rows;
-  // Each kernel variant (selected through the environment, as a tuning override) in turn.
-  for (const char* kernel :
-       {"fp8", "fp8-pp", "ws64", "ws64pp", "ws128", "ws128pp", "wg64pp", "wg128pp", "mma"}) {
-    setenv("DQ_PREFILL_KERNEL", kernel, 1);
+  // Each prefill kernel in turn (the bf16 variants through PrefillAttentionArgs::variant).
+  const PrefillKernel kernels[] = {
+      {"fp8", true, PrefillAttentionKernel::kWgmma64},
+      {"wg64pp", false, PrefillAttentionKernel::kWgmma64},
+      {"wg128pp", false, PrefillAttentionKernel::kWgmma128},
+  };
+  for (const PrefillKernel& kernel : kernels) {
     rows.push_back(PrefillTiming(32768, kernel));
     rows.push_back(PrefillTiming(8192, kernel));
     rows.push_back(PrefillTiming(2048, kernel));
   }
-  unsetenv("DQ_PREFILL_KERNEL");
-  for (const char* stages : {"3", "4"}) {
-    setenv("DQ_DECODE_STAGES", stages, 1);
-    for (int seqs : {1, 8}) {
-      for (int ctx : {8192, 32768}) rows.push_back(DecodeTiming(seqs, ctx, stages));
-    }
-    rows.push_back(DecodeTiming(32, 4096, stages));
+  for (int seqs : {1, 8}) {
+    for (int ctx : {8192, 32768}) rows.push_back(DecodeTiming(seqs, ctx));
   }
-  unsetenv("DQ_DECODE_STAGES");
+  rows.push_back(DecodeTiming(32, 4096));
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   const char* out_dir = std::getenv("OUT");

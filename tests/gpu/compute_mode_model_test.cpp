@@ -6,7 +6,10 @@
 // CPU's top two are not a near tie and the largest |Δlogit| printed (model_compare.h:
 // ExpectCloseQuantized says how the activations' rounding boundaries widen the margins). Then a
 // runner with different weights per phase, as a disaggregated deployment on one GPU has: fp8 W8A8
-// prefill and int4 weight-only decode, each phase's logits against the CPU's.
+// prefill and int4 weight-only decode, each phase's logits against the CPU's. Each case also runs
+// the CPU's last layer on the GPU's input to it (model_compare.h, RunLastLayerOnGpuInput), whose
+// top-1 is judged on at least half of the rows: the whole-model margins above, widened by every
+// layer's activation rounding, judge almost none.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -108,6 +111,10 @@ TEST_P(ComputeModeOnGpu, LogitsMatchTheCpuBackendInTheSameMode) {
   if (HasFatalFailure()) return;
   const gpu_test::ModeEffect effect{gpu_test::Merged(cpu_effect), gpu_test::Merged(gpu_effect)};
   gpu_test::ExpectCloseQuantized(c.name, seed, gpu_test::Merged(cmp), &effect);
+  PhaseComparison last;
+  gpu_test::RunLastLayerOnGpuInput(*r.cpu, *r.gpu, prompt, 8, &last);
+  if (HasFatalFailure()) return;
+  gpu_test::ExpectLastLayerClose(c.name, seed, gpu_test::Merged(last));
 }
 
 std::vector<ModeCase> Cases() {
@@ -163,6 +170,11 @@ TEST_P(MixedPhasesOnGpu, Fp8PrefillInt4DecodeMatchTheCpuBackend) {
   // wrote (which differs between the backends as the prefill's logits do): judged like a
   // quantized mode, without the yardstick (theirs mixes in the decode's own bf16 noise).
   gpu_test::ExpectCloseQuantized(GetParam() + "_mixed_decode_int4", seed, cmp.decode, nullptr);
+  PhaseComparison last;
+  gpu_test::RunLastLayerOnGpuInput(*r.cpu, *r.gpu, prompt, 8, &last);
+  if (HasFatalFailure()) return;
+  gpu_test::ExpectLastLayerClose(GetParam() + "_mixed_prefill_fp8_w8a8", seed, last.prefill);
+  gpu_test::ExpectLastLayerClose(GetParam() + "_mixed_decode_int4", seed, last.decode);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, MixedPhasesOnGpu, ::testing::Values("tiny_qwen3", "smollm2"),

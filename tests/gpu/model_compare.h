@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/model/decoder_model.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/model_runner.h"
 #include "engine/quant/checkpoint_quantizer.h"
@@ -283,6 +284,63 @@ inline void RunBothAndCompare(ModelRunner& cpu, ModelRunner& gpu,
   cpu.kv_pool().release(sc);
   gpu.kv_pool().release(sg);
   gpu.kv_pool().release(sg2);
+}
+
+// The CPU's last layer and head on the GPU's input to that layer (the GPU's tap of layer L - 2,
+// DecoderModel::ForwardFrom): a one-shot prefill (every position's logits), then `decode_steps`
+// steps fed the GPU's greedy tokens, each compared with the GPU's logits. What differs is one
+// layer's rounding, not the whole model's compounded through every later layer, so the top-1
+// of most rows can be judged even where activations are quantized. Needs 2+ layers.
+inline void RunLastLayerOnGpuInput(ModelRunner& cpu, ModelRunner& gpu,
+                                   const std::vector<int32_t>& prompt, int decode_steps,
+                                   PhaseComparison* out) {
+  const int first = gpu.config().num_layers - 1;
+  ASSERT_GE(first, 1) << "needs a model of two layers or more";
+  std::vector<float> in;
+  ForwardHooks taps;
+  taps.tap_layers = {first - 1};
+  taps.on_layer_output = [&](int, std::span<const float> h) { in.assign(h.begin(), h.end()); };
+  auto cpu_model = [&](Phase p) -> const DecoderModel& {
+    return dynamic_cast<const DecoderModel&>(cpu.forward_model(p));
+  };
+  const int n = static_cast<int>(prompt.size());
+  KvSequence sc, sg;
+  cpu.kv_pool().extend(sc, n + decode_steps);
+  gpu.kv_pool().extend(sg, n + decode_steps);
+  BatchLogits lc, lg;
+  ASSERT_TRUE(gpu.Forward(Batch{Phase::kPrefill, {{&sg, prompt, true}}}, &lg, taps).ok());
+  ASSERT_TRUE(cpu_model(Phase::kPrefill)
+                  .ForwardFrom(first, in, Batch{Phase::kPrefill, {{&sc, prompt, true}}},
+                               cpu.kv_pool(), cpu.threads(), &lc)
+                  .ok());
+  Compare(lc, lg, &out->prefill);
+  int32_t next = Argmax(lg.row(n - 1), lg.vocab);
+  for (int step = 0; step < decode_steps; ++step) {
+    BatchLogits dc, dg;
+    const Batch gb{Phase::kDecode, {{&sg, std::span(&next, 1), false}}};
+    ASSERT_TRUE(gpu.Forward(gb, &dg, taps).ok());
+    const Batch cb{Phase::kDecode, {{&sc, std::span(&next, 1), false}}};
+    ASSERT_TRUE(cpu_model(Phase::kDecode)
+                    .ForwardFrom(first, in, cb, cpu.kv_pool(), cpu.threads(), &dc)
+                    .ok());
+    Compare(dc, dg, &out->decode);
+    next = Argmax(dg.row(0), dg.vocab);
+  }
+  cpu.kv_pool().release(sc);
+  gpu.kv_pool().release(sg);
+}
+
+// The last-layer comparison judged: top-1 identical wherever the CPU's top-2 gap exceeds 8x the
+// rms |Δlogit| (at least kTieMargin), and at least half of the rows judged, so a check that
+// judges nothing fails.
+inline void ExpectLastLayerClose(const std::string& label, uint64_t seed, const Comparison& c) {
+  const double tie = std::max(kTieMargin, 8 * c.rms_diff());
+  const Top1 t = CountTop1(c, tie);
+  Print(label + " last layer", seed, c, t, tie);
+  EXPECT_GT(c.rows.size(), 0u) << label;
+  EXPECT_EQ(t.disagree, 0) << label;
+  EXPECT_GE(2 * (t.agree + t.disagree), static_cast<int>(c.rows.size()))
+      << label << ": fewer than half of the rows judged";
 }
 
 inline Comparison Merged(const PhaseComparison& p) {

@@ -135,21 +135,31 @@ TEST(Nvfp4Native, TiledUnpackMatchesRowMajorUnpack) {
 }
 
 TEST(Nvfp4Native, PathSelection) {
-  EXPECT_EQ(ResolveNvfp4Path(9, nullptr).value(), Nvfp4Path::kUnpackBf16);
-  EXPECT_EQ(ResolveNvfp4Path(9, "").value(), Nvfp4Path::kUnpackBf16);
-  EXPECT_EQ(ResolveNvfp4Path(10, nullptr).value(), Nvfp4Path::kNativeFp4);
-  EXPECT_EQ(ResolveNvfp4Path(12, nullptr).value(), Nvfp4Path::kNativeFp4);
-  EXPECT_EQ(ResolveNvfp4Path(10, "unpack").value(), Nvfp4Path::kUnpackBf16);
-  EXPECT_EQ(ResolveNvfp4Path(9, "native").value(), Nvfp4Path::kNativeFp4);
-  const auto bad = ResolveNvfp4Path(10, "fp4");
+  // KernelOptions::nvfp4_gemm: auto by compute capability, or forced either way.
+  EXPECT_EQ(ResolveNvfp4Path(9, Nvfp4Gemm::kAuto), Nvfp4Path::kUnpackBf16);
+  EXPECT_EQ(ResolveNvfp4Path(10, Nvfp4Gemm::kAuto), Nvfp4Path::kNativeFp4);
+  EXPECT_EQ(ResolveNvfp4Path(12, Nvfp4Gemm::kAuto), Nvfp4Path::kNativeFp4);
+  EXPECT_EQ(ResolveNvfp4Path(10, Nvfp4Gemm::kUnpack), Nvfp4Path::kUnpackBf16);
+  EXPECT_EQ(ResolveNvfp4Path(9, Nvfp4Gemm::kNative), Nvfp4Path::kNativeFp4);
+  EXPECT_EQ(ParseKernelOptions("nvfp4_gemm=native").value().nvfp4_gemm, Nvfp4Gemm::kNative);
+  const auto bad = ParseKernelOptions("nvfp4_gemm=fp4");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("'native' or 'unpack'"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("native or unpack"), std::string::npos) << bad.status();
   DQ_REQUIRE_GPU();
-  const auto here = Nvfp4PathForCurrentDevice();
-  ASSERT_TRUE(here.ok()) << here.status();
-  EXPECT_EQ(*here, ResolveNvfp4Path(ComputeMajor(), std::getenv("DQ_NVFP4_GEMM")).value());
+  for (const Nvfp4Gemm g : {Nvfp4Gemm::kAuto, Nvfp4Gemm::kNative, Nvfp4Gemm::kUnpack}) {
+    EXPECT_EQ(Nvfp4PathForCurrentDevice(g), ResolveNvfp4Path(ComputeMajor(), g))
+        << Nvfp4GemmName(g);
+  }
   std::printf("this device: compute capability major %d -> %s\n", ComputeMajor(),
-              Nvfp4PathName(*here));
+              Nvfp4PathName(Nvfp4PathForCurrentDevice(Nvfp4Gemm::kAuto)));
+  // UploadLinear with kernel options takes the path they give.
+  const std::vector<float> w = RandomFloats(64 * 64, FreshSeed(), 0.05f);
+  const LinearWeight lw = gpu_test::CodecWeight("nvfp4", ComputeMode::kW4A4, w, 64, 64, 0.0f);
+  KernelOptions k;
+  k.nvfp4_gemm = Nvfp4Gemm::kNative;
+  EXPECT_EQ(UploadLinear(lw, k).value().kind, LinearKind::kNvfp4W4A4Native);
+  k.nvfp4_gemm = Nvfp4Gemm::kUnpack;
+  EXPECT_EQ(UploadLinear(lw, k).value().kind, LinearKind::kNvfp4W4A4);
 }
 
 // The layer on the given path against the CPU reference, bf16 output and fp32 accumulate.
@@ -259,6 +269,9 @@ TEST(Nvfp4Native, CapturedGraphMatchesEager) {
       DeviceBuffer::From(gpu_test::ToBf16(gpu_test::RoundBf16(RandomFloats(m * in, seed + 1))));
   DeviceBuffer eager(2 * m * out), graphed(2 * m * out);
   LinearContext ctx;
+  KernelOptions native;  // Reserve sizes the native path's scratch for the option
+  native.nvfp4_gemm = Nvfp4Gemm::kNative;
+  ctx.SetOptions(native);
   ctx.Reserve(m, in, out);
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreate(&stream));

@@ -66,10 +66,13 @@ TEST_P(WeightOnlyTest, DequantizeMatchesCpu) {
 
 // y = x · Wᵀ in fp64 over the exact reference rows; checks both output modes for m = 1..8.
 // GEMV of a random out × in matrix of `f` for each m in `ms`, both outputs, against the CPU.
-void CheckGemv(const wo_test::FormatSpec& f, int64_t out, int64_t in, std::vector<int> ms) {
+// `tile`: the int tile GEMV's kernel choices (WeightOnlyGemvArgs::int_tile).
+void CheckGemv(const wo_test::FormatSpec& f, int64_t out, int64_t in, std::vector<int> ms,
+               const IntTileOptions& tile = {}) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE(testing::Message() << "seed " << seed << " format " << f.name << " " << out << "x"
-                                  << in);
+                                  << in << " int tile: " << tile.ctas_per_sm << " CTAs per SM, "
+                                  << (tile.cluster ? "clusters" : "16-warp CTAs"));
   wo_test::HostWeight hw = wo_test::MakeRandomWeight(f, out, in, seed);
   auto dev = UploadWeightOnly(hw.w);
   ASSERT_TRUE(dev.ok()) << dev.status();
@@ -84,6 +87,7 @@ void CheckGemv(const wo_test::FormatSpec& f, int64_t out, int64_t in, std::vecto
       WeightOnlyGemvArgs args;
       args.x = d_x.get<__nv_bfloat16>();
       args.m = m;
+      args.int_tile = tile;
       if (accumulate) {
         CUDA_CHECK(cudaMemcpy(d_acc.get(), acc0.data(), m * out * 4, cudaMemcpyHostToDevice));
         args.y_accumulate = d_acc.get<float>();
@@ -127,8 +131,7 @@ TEST_P(WeightOnlyTest, GemvMatchesCpu) {
   CheckGemv(GetParam(), 300, 1024, {1, 2, 3, 4, 5, 8});
 }
 
-// An odd row count and a row length that is not a whole number of 128-unit chunks (int4 m = 1
-// runs its persistent kernel with a partial last chunk and a clamped last tile).
+// An odd row count and a row length that is not a whole number of 128-unit chunks.
 TEST_P(WeightOnlyTest, GemvOddShapeMatchesCpu) {
   DQ_REQUIRE_GPU();
   CheckGemv(GetParam(), 301, 4352, {1, 8});
@@ -141,18 +144,24 @@ TEST_P(WeightOnlyTest, GemvManyTilesMatchesCpu) {
   CheckGemv(GetParam(), 4619, 2560, {1, 3, 8});
 }
 
-// The int4 m = 1 kernels that are not the default (SetWeightOnlyInt4M1Variant), on the shapes
-// above: several chunks per row, an odd row count, more tiles than warps.
-TEST_P(WeightOnlyTest, GemvInt4M1VariantsMatchCpu) {
+// The int tile GEMV's choices that are not the default (KernelOptions::int_tile), on the shapes
+// above: one 16-warp CTA per tile instead of a 4-CTA cluster (few tiles, long rows: 301 x 4352,
+// and 300 x 1024 for int4), and other CTA counts per SM for the many-tile path (289 tiles).
+TEST_P(WeightOnlyTest, GemvIntTileOptionsMatchCpu) {
   DQ_REQUIRE_GPU();
-  if (GetParam().scheme != "int4") GTEST_SKIP() << "int4 only";
-  for (int v : {0, 2, 4}) {
-    SCOPED_TRACE(testing::Message() << "int4 m=1 variant " << v);
-    SetWeightOnlyInt4M1Variant(v);
-    CheckGemv(GetParam(), 300, 1024, {1});
-    CheckGemv(GetParam(), 301, 4352, {1});
-    CheckGemv(GetParam(), 40001, 512, {1});
-    SetWeightOnlyInt4M1Variant(-1);
+  const std::string& scheme = GetParam().scheme;
+  if ((scheme != "int4" && scheme != "int2") ||
+      (GetParam().group != 64 && GetParam().group != 128)) {
+    GTEST_SKIP() << "the int tile layout: int4 / int2 with groups of 64 or 128";
+  }
+  IntTileOptions no_cluster;
+  no_cluster.cluster = false;
+  CheckGemv(GetParam(), 301, 4352, {1, 8}, no_cluster);
+  CheckGemv(GetParam(), 300, 1024, {1, 3}, no_cluster);
+  for (int ctas : {1, 4, 8}) {
+    IntTileOptions t;
+    t.ctas_per_sm = ctas;
+    CheckGemv(GetParam(), 4619, 2560, {1, 8}, t);
     if (HasFatalFailure()) return;
   }
 }

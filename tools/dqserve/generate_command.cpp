@@ -16,6 +16,7 @@
 #include "tools/dqserve/odp_flags.h"
 #ifdef DQ_HAVE_CUDA
 #include "engine/cuda/cuda_model.h"
+#include "engine/cuda/kernel_options.h"
 #include "engine/model/odp_policy.h"
 #endif
 
@@ -37,6 +38,8 @@ struct GenerateOptions {
   bool batch_invariant = false;  // cuda: cuda::CudaBackendOptions::batch_invariant
   // "fp8": CudaBackendOptions::fp8_attention on cuda, emulated on the CPU (DecoderModelOptions)
   std::string prefill_attention = "bf16";
+  // cuda: CudaBackendOptions::kernels as text (engine/cuda/kernel_options.h); empty: defaults
+  std::string cuda_kernels;
   SamplingParams sampling;
   std::string speculative = "none";  // drafter name, or none
   SpecConfig spec;
@@ -85,6 +88,20 @@ absl::Status CheckAttentionFlags(const GenerateOptions& o) {
         o.device, " --prefill-compute ", o.prefill_compute,
         "; use --prefill-attention bf16 (the default)"));
   }
+  return absl::OkStatus();
+}
+
+// --cuda-kernels: for --device cuda, and a valid value (exit code 2 before any weight is read).
+absl::Status CheckCudaKernelsFlag(const GenerateOptions& o) {
+  if (o.cuda_kernels.empty()) return absl::OkStatus();
+  if (o.device != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cuda-kernels is for --device cuda, got --device ", o.device));
+  }
+#ifdef DQ_HAVE_CUDA
+  const absl::Status s = cuda::ParseKernelOptions(o.cuda_kernels).status();
+  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("--cuda-kernels: ", s.message()));
+#endif
   return absl::OkStatus();
 }
 
@@ -250,6 +267,7 @@ absl::Status RunGenerate(const GenerateOptions& o) {
     OdpFlags odp = o.odp;
     odp.fp8_attention = o.prefill_attention == "fp8";
     odp.batch_invariant = o.batch_invariant;
+    odp.cuda_kernels = o.cuda_kernels;
     DQ_ASSIGN_OR_RETURN(ro.backend,
                         OdpBackend(odp, pm.config, dm.config, pm.tokenizer, dm.tokenizer));
   } else if (o.device == "cuda") {
@@ -257,6 +275,7 @@ absl::Status RunGenerate(const GenerateOptions& o) {
     cuda::CudaBackendOptions co;
     co.batch_invariant = o.batch_invariant;
     co.fp8_attention = o.prefill_attention == "fp8";
+    co.kernels = cuda::ParseKernelOptions(o.cuda_kernels).value();  // CheckCudaKernelsFlag
     ro.backend = cuda::CudaBackendFactory(co);
 #else
     return absl::InvalidArgumentError(
@@ -344,6 +363,9 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
                   "--prefill-compute w8a8: bf16 (default) or fp8 prefill attention (emulated on "
                   "the CPU; with --odp: the streamed model's; changes numerics slightly, "
                   "docs/serving.md)");
+  cmd->add_option("--cuda-kernels", o->cuda_kernels,
+                  "cuda: kernel choices as key=value pairs, e.g. prefill_attention=wg128pp "
+                  "(engine/cuda/kernel_options.h; docs/serving.md)");
   cmd->add_option("--kv-capacity", o->kv_capacity,
                   "KV cache tokens (default min(context, 8192); a prompt plus its answer must fit)")
       ->check(CLI::Range(0, 1 << 24));
@@ -362,6 +384,7 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   cmd->callback([o, exit_code] {
     absl::Status bad = CheckSpecFlags(*o);
     if (bad.ok()) bad = CheckAttentionFlags(*o);
+    if (bad.ok()) bad = CheckCudaKernelsFlag(*o);
     if (!bad.ok()) {
       std::fprintf(stderr, "error: %s\n", std::string(bad.message()).c_str());
       *exit_code = 2;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/model/odp_policy.h"
 #ifdef DQ_HAVE_CUDA
+#include "engine/cuda/kernel_options.h"
 #include "engine/cuda/odp_backend.h"
 #endif
 
@@ -46,6 +47,11 @@ absl::StatusOr<BackendFactory> OdpBackend(const OdpFlags& o, const ModelConfig& 
   cuda::CudaBackendOptions co;
   co.fp8_attention = o.fp8_attention;
   co.batch_invariant = o.batch_invariant;
+  absl::StatusOr<cuda::KernelOptions> kernels = cuda::ParseKernelOptions(o.cuda_kernels);
+  if (!kernels.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--cuda-kernels: ", kernels.status().message()));
+  }
+  co.kernels = *kernels;
   return cuda::OdpBackendFactory(co, odp);
 #else
   return absl::InvalidArgumentError(

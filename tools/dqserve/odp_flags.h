@@ -20,10 +20,12 @@ struct OdpFlags {
   int slots = 2;
   std::string source = "disk";  // "disk" (an image file) or "host" (pinned memory)
   std::string image_dir;        // empty: the system temp folder
-  // Not --odp flags: generate's --prefill-attention fp8 (the streamed model's attention) and
-  // --batch-invariant (the resident decode model's steps), passed on to the CUDA backend.
+  // Not --odp flags: generate's --prefill-attention fp8 (the streamed model's attention),
+  // --batch-invariant (the resident decode model's steps) and --cuda-kernels (both models),
+  // passed on to the CUDA backend.
   bool fp8_attention = false;
   bool batch_invariant = false;
+  std::string cuda_kernels;  // generate's --cuda-kernels (cuda::ParseKernelOptions)
 };
 
 void AddOdpFlags(CLI::App* cmd, OdpFlags* o);

@@ -18,10 +18,9 @@ using ::testing::HasSubstr;
 using worker::kKeys;
 using worker::kValues;
 using worker::KvCopy;
-using worker::KvGeometry;
 
 TEST(PlanLeaseStaging, RegionsAreContiguousHostRangesAndCopiesHitTheirBlocks) {
-  const KvGeometry cache{2, 32, 16, 100};  // 2 layers, 32 blocks of 100 bytes
+  const KvTensorLayout cache{2, 32, 16, 100};  // 2 layers, 32 blocks of 100 bytes
   const std::vector<BlockRun> runs = {{5, 1}, {20, 3}};
   const LeaseStagingPlan plan = PlanLeaseStaging(runs, cache);
   const uint64_t B = 100;
@@ -56,12 +55,12 @@ TEST(PlanLeaseStaging, RegionsAreContiguousHostRangesAndCopiesHitTheirBlocks) {
 // memory out as device_tensor(), as a GPU cache does for nccl).
 class FakeDevice final : public worker::KvStaging {
  public:
-  explicit FakeDevice(const KvGeometry& g, bool device_view = false)
+  explicit FakeDevice(const KvTensorLayout& g, bool device_view = false)
       : g_(g), device_view_(device_view) {
     for (auto& m : mem_) m.assign(g.tensor_bytes(), 0);
   }
   std::string_view kv_dtype() const override { return "bf16"; }
-  const KvGeometry& geometry() const override { return g_; }
+  const KvTensorLayout& geometry() const override { return g_; }
   char* host_tensor(int) override { return nullptr; }
   char* device_tensor(int t) override { return device_view_ ? mem_[t].data() : nullptr; }
   absl::StatusOr<std::unique_ptr<worker::HostBuffer>> AllocateHost(uint64_t bytes) override {
@@ -92,7 +91,7 @@ class FakeDevice final : public worker::KvStaging {
   int allocations = 0;
 
  private:
-  KvGeometry g_;
+  KvTensorLayout g_;
   bool device_view_;
   std::vector<char> mem_[2];
 };
@@ -101,7 +100,7 @@ class FakeDevice final : public worker::KvStaging {
 char Pattern(int t, int layer, int i) { return static_cast<char>(1 + t * 64 + layer * 16 + i); }
 
 TEST(LeaseRegions, StagedLeaseLandsInItsBlocksAtCommit) {
-  const KvGeometry cache{2, 40, 4, 64};
+  const KvTensorLayout cache{2, 40, 4, 64};
   FakeDevice device(cache);
   auto transport = kvtransfer::CreateTransport({.kind = "local"});
   ASSERT_TRUE(transport.ok()) << transport.status();
@@ -173,7 +172,7 @@ TEST(LeaseRegions, StagedLeaseLandsInItsBlocksAtCommit) {
 
 // Direct (nccl): the regions are the cache's blocks themselves; no staging buffer, nothing to land.
 TEST(LeaseRegions, DirectLeaseIsWrittenStraightIntoItsBlocks) {
-  const KvGeometry cache{2, 40, 4, 64};
+  const KvTensorLayout cache{2, 40, 4, 64};
   FakeDevice device(cache, /*device_view=*/true);
   auto transport = kvtransfer::CreateTransport({.kind = "local"});
   ASSERT_TRUE(transport.ok()) << transport.status();
@@ -220,7 +219,7 @@ TEST(LeaseRegions, DirectLeaseIsWrittenStraightIntoItsBlocks) {
 }
 
 TEST(LeaseRegions, DirectOnAHostCacheIsRefused) {
-  const KvGeometry cache{2, 40, 4, 64};
+  const KvTensorLayout cache{2, 40, 4, 64};
   FakeDevice device(cache, /*device_view=*/false);
   auto transport = kvtransfer::CreateTransport({.kind = "local"});
   ASSERT_TRUE(transport.ok());

@@ -66,3 +66,35 @@ TEST(KvBlockPoolTest, SlotsDoNotOverlapAcrossLayersBlocksAndKinds) {
 
 }  // namespace
 }  // namespace dq
+
+namespace dq {
+namespace {
+
+// The one byte layout (KvTensorLayout) is where key()/value() put each block, on the host pool,
+// and the same description scaled to another element size is the device cache's.
+TEST(KvBlockPoolTest, LayoutIsWhereEveryBlockLives) {
+  KvCacheOptions o{3, 2, 8, 4, 5, true};
+  KvBlockPool pool(o);
+  const KvTensorLayout l = pool.layout();
+  EXPECT_EQ(l.num_layers, 3);
+  EXPECT_EQ(l.num_blocks, 5);
+  EXPECT_EQ(l.block_size, 4);
+  EXPECT_EQ(l.block_bytes, 4u * 2 * 8 * sizeof(float));
+  EXPECT_EQ(l.tensor_bytes(), pool.region_bytes());
+  const char* keys = reinterpret_cast<const char*>(pool.keys_data());
+  const char* values = reinterpret_cast<const char*>(pool.values_data());
+  for (int layer = 0; layer < 3; ++layer) {
+    for (int32_t block = 0; block < 5; ++block) {
+      EXPECT_EQ(reinterpret_cast<const char*>(pool.key(layer, block, 0)),
+                keys + l.offset(layer, block));
+      EXPECT_EQ(reinterpret_cast<const char*>(pool.value(layer, block, 3)),
+                values + l.offset(layer, block) + 3 * 2 * 8 * sizeof(float));
+      EXPECT_EQ(pool.block_offset(layer, block), l.offset(layer, block));
+    }
+  }
+  EXPECT_EQ(pool.layout(2).block_bytes, l.block_bytes / 2);
+  EXPECT_EQ(pool.layout(2).offset(2, 1), l.offset(2, 1) / 2);
+}
+
+}  // namespace
+}  // namespace dq

@@ -169,6 +169,49 @@ TEST_F(ProgramOnTinyQwen3, TapsHandOutOnlyTheLayersAskedFor) {
   EXPECT_EQ(taps.slot(0), -1);
 }
 
+// ForwardFrom(l, the residual stream entering layer l) computes what the whole pass computes:
+// the later layers see the same inputs and read only their own KV layers.
+TEST_F(ProgramOnTinyQwen3, ForwardFromALayersInputEqualsTheWholePass) {
+  const ModelConfig& c = model_->config;
+  DecoderModel m(c, program_);
+  KvCacheOptions kv{c.num_layers, c.num_kv_heads, c.head_dim, 16, 16, true};
+  KvBlockPool pool(kv);
+  ThreadPool threads(2);
+  const std::vector<int32_t> tokens = Tokens();
+  std::vector<float> entering;
+  ForwardHooks hooks;
+  hooks.tap_layers = {0};
+  hooks.on_layer_output = [&](int, std::span<const float> h) {
+    entering.assign(h.begin(), h.end());
+  };
+  KvSequence a, b;
+  pool.extend(a, static_cast<int>(tokens.size()));
+  pool.extend(b, static_cast<int>(tokens.size()));
+  BatchLogits whole, from;
+  ASSERT_TRUE(
+      m.Forward(Batch{Phase::kPrefill, {{&a, tokens, true}}}, pool, threads, &whole, hooks).ok());
+  ASSERT_TRUE(
+      m.ForwardFrom(1, entering, Batch{Phase::kPrefill, {{&b, tokens, true}}}, pool, threads, &from)
+          .ok());
+  EXPECT_EQ(from.values, whole.values);
+  EXPECT_EQ(b.num_tokens, a.num_tokens);
+  // A decode step from there reads layer 1's KV that ForwardFrom wrote.
+  const int32_t next = 7;
+  ASSERT_TRUE(m.Forward(Batch{Phase::kDecode, {{&a, std::span(&next, 1), false}}}, pool, threads,
+                        &whole, hooks)
+                  .ok());
+  ASSERT_TRUE(m.ForwardFrom(1, entering, Batch{Phase::kDecode, {{&b, std::span(&next, 1), false}}},
+                            pool, threads, &from)
+                  .ok());
+  EXPECT_EQ(from.values, whole.values);
+  EXPECT_FALSE(m.ForwardFrom(1, std::span(entering).first(3),
+                             Batch{Phase::kDecode, {{&b, std::span(&next, 1), false}}}, pool,
+                             threads, &from)
+                   .ok());
+  pool.release(a);
+  pool.release(b);
+}
+
 TEST_F(ProgramOnTinyQwen3, TheRunnerSizesTheKvCacheByTheProgram) {
   ModelRunnerOptions o;
   o.threads = 1;

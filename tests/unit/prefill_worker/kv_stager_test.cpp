@@ -16,7 +16,6 @@ namespace {
 using worker::kKeys;
 using worker::kValues;
 using worker::KvCopy;
-using worker::KvGeometry;
 
 TEST(KvStagerPlan, SpansTakeConsecutiveSlotsAndCopiesMergeRuns) {
   const std::vector<int32_t> a_blocks = {7, 8, 9, 3};  // prompt blocks 1..3 run this iteration
@@ -27,8 +26,8 @@ TEST(KvStagerPlan, SpansTakeConsecutiveSlotsAndCopiesMergeRuns) {
   EXPECT_EQ(SlotTable(spans[0], bases[0]), (std::vector<int32_t>{-1, 0, 1, 2}));
   EXPECT_EQ(SlotTable(spans[1], bases[1]), (std::vector<int32_t>{3, 4}));
 
-  const KvGeometry cache{2, 16, 16, 10};  // blocks of 10 bytes
-  const KvGeometry arena{2, 6, 16, 10};
+  const KvTensorLayout cache{2, 16, 16, 10};  // blocks of 10 bytes
+  const KvTensorLayout arena{2, 6, 16, 10};
   const std::vector<KvCopy> copies = CopyOutPlan(1, spans, bases, cache, arena);
   // Per tensor: cache 8..9 -> slots 0..1 (one copy), cache 3 -> slot 2, cache 12..13 -> 3..4.
   const uint64_t V = arena.tensor_bytes();

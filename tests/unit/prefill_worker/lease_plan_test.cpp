@@ -9,7 +9,7 @@ namespace v1 = dqserve::v1;
 
 constexpr uint64_t kBlock = 1024;
 constexpr uint64_t kStride = 100 * kBlock;  // 100 blocks per layer in the decode pool
-const LocalKvGeometry kLocal{2, 16, kBlock, 50 * kBlock};
+const KvTensorLayout kLocal{2, 50, 16, kBlock};
 
 void AddRun(v1::KvLease& lease, int start, int count) {
   v1::BlockRun* r = lease.add_blocks();

@@ -84,7 +84,7 @@ TEST(HostCopyKvStaging, CopiesInAndOutOfThePoolInOrder) {
   std::unique_ptr<KvStaging> s = CreateHostCopyKvStaging(pool);
   EXPECT_TRUE(s->staged());
   EXPECT_EQ(s->host_tensor(kKeys), nullptr);
-  const KvGeometry& g = s->geometry();
+  const KvTensorLayout& g = s->geometry();
   EXPECT_EQ(g.block_bytes, 4u * 2 * 4 * sizeof(float));
   EXPECT_EQ(g.num_blocks, 10);
   EXPECT_EQ(g.block_size, 4);
