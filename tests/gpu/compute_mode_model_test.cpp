@@ -7,9 +7,9 @@
 // ExpectCloseQuantized says how the activations' rounding boundaries widen the margins). Then a
 // runner with different weights per phase, as a disaggregated deployment on one GPU has: fp8 W8A8
 // prefill and int4 weight-only decode, each phase's logits against the CPU's. Each case also runs
-// the CPU's last layer on the GPU's input to it (model_compare.h, RunLastLayerOnGpuInput), whose
-// top-1 is judged on at least half of the rows: the whole-model margins above, widened by every
-// layer's activation rounding, judge almost none.
+// the CPU's last layer on the GPU's input to it (model_compare.h, RunLastLayerOnGpuInput), on the
+// mixed prompt and on plain text, whose top-1 is judged where one layer's rounding noise allows:
+// the whole-model margins above, widened by every layer's activation rounding, judge almost none.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -113,8 +113,11 @@ TEST_P(ComputeModeOnGpu, LogitsMatchTheCpuBackendInTheSameMode) {
   gpu_test::ExpectCloseQuantized(c.name, seed, gpu_test::Merged(cmp), &effect);
   PhaseComparison last;
   gpu_test::RunLastLayerOnGpuInput(*r.cpu, *r.gpu, prompt, 8, &last);
+  PhaseComparison text;
+  gpu_test::RunLastLayerOnGpuInput(*r.cpu, *r.gpu, gpu_test::TextPrompt(m), 8, &text);
   if (HasFatalFailure()) return;
   gpu_test::ExpectLastLayerClose(c.name, seed, gpu_test::Merged(last));
+  gpu_test::ExpectLastLayerClose(c.name + "_text", seed, gpu_test::Merged(text));
 }
 
 std::vector<ModeCase> Cases() {
@@ -172,9 +175,13 @@ TEST_P(MixedPhasesOnGpu, Fp8PrefillInt4DecodeMatchTheCpuBackend) {
   gpu_test::ExpectCloseQuantized(GetParam() + "_mixed_decode_int4", seed, cmp.decode, nullptr);
   PhaseComparison last;
   gpu_test::RunLastLayerOnGpuInput(*r.cpu, *r.gpu, prompt, 8, &last);
+  PhaseComparison text;
+  gpu_test::RunLastLayerOnGpuInput(*r.cpu, *r.gpu, gpu_test::TextPrompt(**fp8), 8, &text);
   if (HasFatalFailure()) return;
   gpu_test::ExpectLastLayerClose(GetParam() + "_mixed_prefill_fp8_w8a8", seed, last.prefill);
   gpu_test::ExpectLastLayerClose(GetParam() + "_mixed_decode_int4", seed, last.decode);
+  gpu_test::ExpectLastLayerClose(GetParam() + "_mixed_prefill_fp8_w8a8_text", seed, text.prefill);
+  gpu_test::ExpectLastLayerClose(GetParam() + "_mixed_decode_int4_text", seed, text.decode);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, MixedPhasesOnGpu, ::testing::Values("tiny_qwen3", "smollm2"),

@@ -22,7 +22,7 @@ export DQ_SMOLLM2=${SMOLLM2:-$PWD/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 rc=0
 "$bin/dq_gpu_tests" --gtest_output="json:$out/gpu_tests.json" "$@" >"$out/gpu_tests.log" 2>&1 || rc=$?
 grep -E '^\[(  PASSED|  FAILED|  SKIPPED)|FAILED|^\[(tiny_qwen3|smollm2)[a-z0-9_ ]*\]|^\[capture\]|tests ran' \
-  "$out/gpu_tests.log" | head -80
+  "$out/gpu_tests.log" | head -150 || true  # head may close the pipe early (pipefail)
 echo "dq_gpu_tests exit code $rc (log: $out/gpu_tests.log)"
 # With two GPUs: the KV transports between them, each its own binary (it starts dq_kv_receiver on
 # cuda:1): nccl, and ucx on device memory with the UCX of .gpu/ucx-cu13/env.sh

@@ -8,6 +8,7 @@ DFlash drafter from `dq-tool make-dflash`:
   with a prefill worker that runs no drafter ("recomputed": the decode worker taps its own target
   pass).
 Needs the release-cuda binaries in DQ_BIN_DIR and models/SmolLM2-135M-Instruct.Q4_1.gguf."""
+import glob
 import os
 import shutil
 import subprocess
@@ -40,11 +41,11 @@ def main():
         got = generate_cli(MODEL, p, n, [*GPU, *flags, "--spec-k", "4"])
         check(got == want, f"colocated generate --device cuda --speculative dflash {p[:24]!r}: "
               f"same text as plain ({got[:40]!r} vs {want[:40]!r})")
-    worker = [*GPU, "--transports", "tcp"]
-    decode = [*worker, *flags, "--spec-k", "4"]
-    with Deployment(MODEL, decode_args=decode, prefill_args=[*worker, *flags]) as dep:
+    prefill = [*GPU, "--transports", "tcp"]
+    decode = [*GPU, "--transport", "tcp", *flags, "--spec-k", "4"]
+    with Deployment(MODEL, decode_args=decode, prefill_args=[*prefill, *flags]) as dep:
         run_prompts(dep.port, "cuda workers, shipped", "shipped", references, min_accepted=0)
-    with Deployment(MODEL, decode_args=decode, prefill_args=worker) as dep:
+    with Deployment(MODEL, decode_args=decode, prefill_args=prefill) as dep:
         run_prompts(dep.port, "cuda workers, no drafter on prefill", "recomputed", references,
                     min_accepted=0)
     shutil.rmtree(work, ignore_errors=True)
@@ -56,4 +57,7 @@ if __name__ == "__main__":
         main()
     except Exception as e:  # noqa: BLE001 - report, then fail the test
         fail(f"{type(e).__name__}: {e}")
+        for log in sorted(glob.glob(os.path.join(tempfile.gettempdir(), "dq-serve-*", "*.log"))):
+            with open(log, errors="replace") as f:
+                print(f"--- {log} (tail)\n" + "".join(f.readlines()[-8:]))
         finish()

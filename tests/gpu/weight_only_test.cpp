@@ -144,16 +144,17 @@ TEST_P(WeightOnlyTest, GemvManyTilesMatchesCpu) {
   CheckGemv(GetParam(), 4619, 2560, {1, 3, 8});
 }
 
-// The int tile GEMV's choices that are not the default (KernelOptions::int_tile), on the shapes
-// above: one 16-warp CTA per tile instead of a 4-CTA cluster (few tiles, long rows: 301 x 4352,
-// and 300 x 1024 for int4), and other CTA counts per SM for the many-tile path (289 tiles).
-TEST_P(WeightOnlyTest, GemvIntTileOptionsMatchCpu) {
+INSTANTIATE_TEST_SUITE_P(Formats, WeightOnlyTest, ::testing::ValuesIn(wo_test::AllFormats()),
+                         [](const auto& info) { return info.param.name; });
+
+// The int tile GEMV's choices that are not the default (KernelOptions::int_tile), for the
+// formats it runs (int4 / int2 with groups of 64 or 128), on the shapes above: one 16-warp CTA
+// per tile instead of a 4-CTA cluster (few tiles, long rows: 301 x 4352, and 300 x 1024), and
+// other CTA counts per SM for the many-tile path (289 tiles).
+class IntTileOptionsTest : public WeightOnlyTest {};
+
+TEST_P(IntTileOptionsTest, GemvIntTileOptionsMatchCpu) {
   DQ_REQUIRE_GPU();
-  const std::string& scheme = GetParam().scheme;
-  if ((scheme != "int4" && scheme != "int2") ||
-      (GetParam().group != 64 && GetParam().group != 128)) {
-    GTEST_SKIP() << "the int tile layout: int4 / int2 with groups of 64 or 128";
-  }
   IntTileOptions no_cluster;
   no_cluster.cluster = false;
   CheckGemv(GetParam(), 301, 4352, {1, 8}, no_cluster);
@@ -166,7 +167,17 @@ TEST_P(WeightOnlyTest, GemvIntTileOptionsMatchCpu) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, WeightOnlyTest, ::testing::ValuesIn(wo_test::AllFormats()),
+std::vector<wo_test::FormatSpec> IntTileFormats() {
+  std::vector<wo_test::FormatSpec> v;
+  for (const auto& f : wo_test::AllFormats()) {
+    if ((f.scheme == "int4" || f.scheme == "int2") && (f.group == 64 || f.group == 128)) {
+      v.push_back(f);
+    }
+  }
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, IntTileOptionsTest, ::testing::ValuesIn(IntTileFormats()),
                          [](const auto& info) { return info.param.name; });
 
 TEST(WeightOnlyUploadTest, RejectsUnsupported) {

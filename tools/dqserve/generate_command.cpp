@@ -213,11 +213,6 @@ absl::StatusOr<std::unique_ptr<Drafter>> MakeSelfDrafter(const GenerateOptions& 
 // embeddings and lm_head it reads); its checkpoint goes to *checkpoint.
 absl::StatusOr<std::unique_ptr<Drafter>> MakeDFlashDrafter(
     const GenerateOptions& o, const Model& target, std::unique_ptr<Checkpoint>* checkpoint) {
-  if (o.device != "cpu") {
-    return absl::UnimplementedError(
-        "--speculative dflash reads the target's hidden states, which only --device cpu "
-        "exposes so far");
-  }
   DFlashDrafterOptions opts;
   opts.threads = o.threads;
   opts.kv_capacity = o.kv_capacity;
