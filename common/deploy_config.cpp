@@ -286,7 +286,13 @@ absl::StatusOr<DeployConfig> ParseDeployConfig(std::string_view text, const std:
     } else if (key == "prefix_cache") {
       TableReader r(t, "[prefix_cache]");
       r.Get("enabled", &c.prefix_cache.enabled);
+      r.Get("assistant_kv", &c.prefix_cache.assistant_kv);
       DQ_RETURN_IF_ERROR(r.Finish());
+      const std::string& a = c.prefix_cache.assistant_kv;
+      if (!a.empty() && a != "reuse" && a != "reprefill") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "[prefix_cache] assistant_kv must be \"reuse\" or \"reprefill\", got \"", a, "\""));
+      }
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           std::string(source_name), ": unknown table [", key,

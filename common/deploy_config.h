@@ -18,7 +18,10 @@
 //   odp = true, or an [odp] table: crossover_tokens, slots, source ("disk" | "host"), image_dir
 //              (offloaded disaggregated prefill on one GPU, docs/odp.md)
 //   [prefix_cache] enabled (the prefill worker keeps finished prompts' full KV blocks and
-//              computes only what a later prompt does not share with them; docs/serving.md)
+//              computes only what a later prompt does not share with them; docs/serving.md),
+//              assistant_kv ("reuse" | "reprefill": the decode worker keeps finished requests'
+//              KV too, the answer's included or not, and a later prompt that starts with it
+//              is not shipped again)
 //
 // Unknown tables or keys are errors (a typo must not silently fall back to a default).
 #pragma once
@@ -94,6 +97,10 @@ struct OdpConfig {
 // Prefix caching (docs/serving.md, "Prefix caching"). On the prefill worker for now.
 struct PrefixCacheConfig {
   bool enabled = false;
+  // Set: the decode worker caches too (dq-decode --prefix-cache --assistant-kv), keeping a
+  // finished request's prompt KV ("reprefill") or also its answer's ("reuse"); empty: it does
+  // not.
+  std::string assistant_kv;
 };
 
 struct DeployConfig {

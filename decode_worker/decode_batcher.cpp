@@ -33,6 +33,9 @@ struct DecodeBatcher::Sequence {
   uint64_t id = 0;
   std::vector<int32_t> history;
   std::vector<int32_t> input;
+  // The tokens whose KV the blocks hold, in order (prompt, then fed tokens), kept for the prefix
+  // cache (DecodeBatcherOptions::keep_kv); empty: nothing is kept.
+  std::vector<int32_t> kv_tokens;
   AdaptiveK k{1, false};
   SpecStats spec;
 
@@ -75,6 +78,10 @@ absl::StatusOr<std::shared_ptr<DecodeStream>> DecodeBatcher::Submit(DecodeJob jo
   // The prefill worker drew these random numbers for the first token; continue its stream.
   s.sampler.ResumeAfter(s.job.sampler_draws);
   s.id = next_sequence_id_++;
+  if (options_.keep_kv != KeepKv::kNone &&
+      static_cast<int>(s.job.prompt.size()) == s.job.num_tokens) {
+    s.kv_tokens = s.job.prompt;
+  }
   if (options_.drafter != nullptr && s.job.speculate) {
     s.speculate = true;
     s.history = std::move(s.job.prompt);
@@ -416,6 +423,9 @@ void DecodeBatcher::Emit(Sequence& s, int32_t token, const v1::PositionLogprobs*
   s.sampler.Accept(token);
   ++s.generated;
   if (s.speculate) s.history.push_back(token);
+  if (options_.keep_kv == KeepKv::kPromptAndAnswer && !s.kv_tokens.empty()) {
+    s.kv_tokens.push_back(token);
+  }
   s.stream->Push(token, logprobs);
   s.next_token = token;
   if (s.generated >= p.max_tokens || s.kv.num_tokens + 1 >= max_context_) {
@@ -427,8 +437,14 @@ void DecodeBatcher::Finish(Sequence& s, v1::FinishReason reason, std::string err
   if (s.done) return;
   s.done = true;
   // Blocks go back before the stream ends, so a client that sees the end (and the router's
-  // admission control after it) never finds them still taken.
-  absl::Status st = leases_.Release(s.job.lease_id);
+  // admission control after it) never finds them still taken. Only a normal ending keeps KV
+  // for the prefix cache (an error may have left the landed prompt KV incomplete).
+  const bool keep = !s.kv_tokens.empty() &&
+                    (reason == v1::FINISH_REASON_STOP || reason == v1::FINISH_REASON_LENGTH);
+  const size_t written = std::min<size_t>(s.kv_tokens.size(), std::max(s.kv.num_tokens, 0));
+  absl::Status st =
+      keep ? leases_.ReleaseAndPublish(s.job.lease_id, std::span(s.kv_tokens).first(written))
+           : leases_.Release(s.job.lease_id);
   if (!st.ok()) {
     spdlog::warn("dq-decode: releasing lease {} of request {}: {}", s.job.lease_id,
                  s.job.request_id, st.ToString());

@@ -54,8 +54,15 @@ struct DecodeJob {
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
 
+// What a sequence that finished normally (stop or length) leaves in the decode worker's prefix
+// cache (KvLeaseTable::set_prefix_cache): nothing; its prompt's full blocks (the KV the prefill
+// worker computed: [prefix_cache] assistant_kv = "reprefill"); or also its answer's (the KV
+// decode wrote with the decode weights: "reuse"), so a next turn that repeats them reuses it.
+enum class KeepKv { kNone, kPrompt, kPromptAndAnswer };
+
 struct DecodeBatcherOptions {
-  int max_batch = 4;                   // sequences per decode step
+  int max_batch = 4;  // sequences per decode step
+  KeepKv keep_kv = KeepKv::kNone;
   std::vector<int32_t> eos_token_ids;  // end a sequence unless its params say ignore_eos
   // Called with a lease's id once it is committed and before its sequence joins the batch,
   // without the batcher's lock (running sequences keep stepping meanwhile): moves the KV the

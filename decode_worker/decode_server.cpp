@@ -62,6 +62,7 @@ absl::Status DecodeServer::Init(const DecodeServerOptions& o) {
     bo.land_kv = [r = regions_.get()](const std::string& lease_id) { return r->Land(lease_id); };
   }
   DQ_RETURN_IF_ERROR(CreateServingDrafter(o, &bo));
+  DQ_RETURN_IF_ERROR(SetUpPrefixCache(o, &bo));
   // Regions go before blocks: a lease's late writes are refused instead of landing in blocks
   // that another request owns by then.
   leases_->set_free_hook([r = regions_.get(), d = drafter_regions_.get()](const KvLease& l) {
@@ -90,10 +91,30 @@ absl::Status DecodeServer::Init(const DecodeServerOptions& o) {
   }
   address_ = absl::StrCat(o.host, ":", bound_port);
   identity_ = worker::WorkerIdentityOf(model_, {"decode", address_, {o.transport}});
+  identity_.set_prefix_cache(o.prefix_cache);
   // The identity names the bound port, known only now; no call reads it before Start returns
   // except Handshake/Health racing a client that guessed the port.
   service_->set_identity(identity_);
   reaper_ = std::thread([this, o] { ReapLoop(std::chrono::milliseconds(o.reap_interval_ms)); });
+  return absl::OkStatus();
+}
+
+absl::Status DecodeServer::SetUpPrefixCache(const DecodeServerOptions& o,
+                                            DecodeBatcherOptions* bo) {
+  if (o.assistant_kv != "reuse" && o.assistant_kv != "reprefill") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--assistant-kv must be reuse or reprefill, got '", o.assistant_kv, "'"));
+  }
+  if (!o.prefix_cache) return absl::OkStatus();
+  if (o.speculative != "none" && o.speculative != "ngram") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prefix-cache with --speculative ", o.speculative,
+                     ": the drafter's prompt KV is not cached; drop one of them"));
+  }
+  leases_->set_prefix_cache(true);
+  bo->keep_kv = o.assistant_kv == "reuse" ? KeepKv::kPromptAndAnswer : KeepKv::kPrompt;
+  spdlog::info("dq-decode: prefix cache on; finished requests keep their {} KV",
+               o.assistant_kv == "reuse" ? "prompt and answer" : "prompt");
   return absl::OkStatus();
 }
 

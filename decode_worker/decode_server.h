@@ -41,6 +41,13 @@ struct DecodeServerOptions {
   int spec_k = 4;
   worker::DrafterWeightsOptions drafter;
   int threads = 0;  // the drafter's compute threads (0: all), as the worker's --threads
+  // Prefix caching here (--prefix-cache): a finished request's full KV blocks stay cached, and
+  // a later prompt that starts with them leases them instead of receiving them again. With
+  // `assistant_kv` "reuse" the answer's blocks (the KV decode wrote) are kept too, so a next
+  // turn reuses them; "reprefill" keeps the prompt's only. Not with a drafter (its prompt KV is
+  // not cached).
+  bool prefix_cache = false;
+  std::string assistant_kv = "reprefill";
   // Tests: lease regions are the "device" cache's blocks although the transport moves host
   // memory (LeaseRegions' direct_for_tests).
   bool direct_for_tests = false;
@@ -74,6 +81,8 @@ class DecodeServer {
   explicit DecodeServer(worker::PhaseModel& model) : model_(model) {}
   absl::Status Init(const DecodeServerOptions& options);
   // The drafter that options.speculative names, into the batcher's options.
+  // --prefix-cache / --assistant-kv: the lease table's cache and what finished requests keep.
+  absl::Status SetUpPrefixCache(const DecodeServerOptions& o, DecodeBatcherOptions* bo);
   absl::Status CreateServingDrafter(const DecodeServerOptions& o, DecodeBatcherOptions* bo);
   // The self drafter, its cache's staging and regions, and how its sequences begin.
   absl::Status CreateSelfDrafter(const DecodeServerOptions& o, DecodeBatcherOptions* bo);

@@ -61,7 +61,10 @@ grpc::Status DecodeService::Reserve(grpc::ServerContext* context, const v1::Rese
   const int64_t max_context = p_.model->runner->config().max_context;
   const int tokens = static_cast<int>(
       std::min<int64_t>(int64_t{r->num_tokens()} + r->max_new_tokens(), max_context));
-  auto lease = p_.leases->Reserve(r->request_id(), tokens, *ttl);
+  const std::span<const int32_t> prompt(r->prompt_token_ids().data(),
+                                        static_cast<size_t>(r->prompt_token_ids().size()));
+  auto lease = p_.leases->Reserve(r->request_id(), tokens, *ttl,
+                                  prompt.size() == r->num_tokens() ? prompt : prompt.first(0));
   if (!lease.ok()) return ToGrpc(lease.status());
   auto endpoint = p_.regions->Register(*lease, static_cast<int>(r->num_tokens()));
   if (!endpoint.ok()) {
@@ -101,9 +104,11 @@ grpc::Status DecodeService::Reserve(grpc::ServerContext* context, const v1::Rese
   }
   *out->mutable_endpoint() = std::move(*endpoint);
   out->set_ttl_ms(static_cast<uint32_t>(ttl->count()));
+  out->set_cached_tokens(static_cast<uint32_t>(lease->cached_tokens));
   *out->mutable_kv_layout() = worker::KvLayoutOf(*p_.model);
-  spdlog::debug("dq-decode: {} reserved {} for {} tokens ({} blocks in {} runs)", r->request_id(),
-                lease->lease_id, tokens, lease->blocks.size(), lease->runs.size());
+  spdlog::debug("dq-decode: {} reserved {} for {} tokens ({} blocks in {} runs, {} tokens cached)",
+                r->request_id(), lease->lease_id, tokens, lease->blocks.size(), lease->runs.size(),
+                lease->cached_tokens);
   return grpc::Status::OK;
 }
 
@@ -253,6 +258,10 @@ grpc::Status DecodeService::Health(grpc::ServerContext* context, const v1::Worke
   out->set_running_requests(p_.batcher->running());
   out->set_queued_requests(p_.batcher->queued());
   out->set_open_leases(s.leases_active);
+  out->set_prefix_queried_blocks(static_cast<uint64_t>(s.prefix.queried_blocks));
+  out->set_prefix_hit_blocks(static_cast<uint64_t>(s.prefix.hit_blocks));
+  out->set_prefix_evicted_blocks(static_cast<uint64_t>(s.prefix.evicted_blocks));
+  out->set_prefix_cached_blocks(static_cast<uint32_t>(s.prefix.cached_blocks));
   return grpc::Status::OK;
 }
 

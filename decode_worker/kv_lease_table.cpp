@@ -38,7 +38,8 @@ bool KvLeaseTable::can_reserve(int tokens) const {
 }
 
 absl::StatusOr<KvLease> KvLeaseTable::Reserve(std::string_view request_id, int tokens_needed,
-                                              std::chrono::milliseconds ttl) {
+                                              std::chrono::milliseconds ttl,
+                                              std::span<const int32_t> prompt) {
   if (request_id.empty()) return absl::InvalidArgumentError("Reserve: empty request id");
   if (tokens_needed <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -59,7 +60,20 @@ absl::StatusOr<KvLease> KvLeaseTable::Reserve(std::string_view request_id, int t
   }
   std::lock_guard lock(mu_);
   DQ_RETURN_IF_ERROR(CheckNoLeaseLocked(request));
-  if (!pool_.can_allocate(need)) {
+  // Cached blocks first: taking them may take them off the evictable list the check counts.
+  std::vector<int32_t> cached;
+  if (prefix_cache_ && !prompt.empty()) {
+    // Full blocks before the prompt's last token: the block holding it is always written by
+    // the prefill worker, so every lease has something to receive.
+    cached = pool_.AcquirePrefix(prompt.first(prompt.size() - 1));
+    if (static_cast<int>(cached.size()) > need) {
+      pool_.free(std::span(cached).subspan(need));
+      cached.resize(need);
+    }
+  }
+  const int fresh = need - static_cast<int>(cached.size());
+  if (!pool_.can_allocate(fresh)) {
+    pool_.free(cached);
     return absl::ResourceExhaustedError(absl::StrCat(
         "Reserve(", request, "): ", tokens_needed, " tokens need ", need, " KV blocks but only ",
         pool_.num_free_blocks(), " are free; retry later or pick another decode worker"));
@@ -71,7 +85,10 @@ absl::StatusOr<KvLease> KvLeaseTable::Reserve(std::string_view request_id, int t
   lease.lease_id = absl::StrCat("lease-", RandomHex(16));
   lease.request_id = request;
   // The pool hands out the lowest free ids first, which keeps a lease in few runs.
-  lease.blocks = pool_.allocate(need);
+  lease.blocks = std::move(cached);
+  lease.cached_tokens = static_cast<int>(lease.blocks.size()) * pool_.block_size();
+  const std::vector<int32_t> more = pool_.allocate(fresh);
+  lease.blocks.insert(lease.blocks.end(), more.begin(), more.end());
   lease.runs = ToBlockRuns(lease.blocks);
   lease.tokens_reserved = tokens_needed;
   lease.expires_at = now + ttl;
@@ -128,6 +145,25 @@ absl::StatusOr<KvSequence> KvLeaseTable::CommitOrEnd(std::string_view lease_id, 
 
 absl::Status KvLeaseTable::Release(std::string_view lease_id) {
   return ReleaseById(lease_id, /*uncommitted_only=*/false);
+}
+
+absl::Status KvLeaseTable::ReleaseAndPublish(std::string_view lease_id,
+                                             std::span<const int32_t> tokens) {
+  std::vector<KvLease> ended;
+  absl::Status s;
+  {
+    std::lock_guard lock(mu_);
+    auto it = leases_.find(lease_id);
+    if (prefix_cache_ && it != leases_.end() && it->second.committed && !tokens.empty()) {
+      const KvLease& l = it->second.lease;
+      const int n = std::min<int>(static_cast<int>(tokens.size()),
+                                  static_cast<int>(l.blocks.size()) * pool_.block_size());
+      pool_.Publish(KvSequence{l.blocks, n}, tokens.first(n));
+    }
+    s = ReleaseLocked(lease_id, /*uncommitted_only=*/false, &ended);
+  }
+  FreeEnded(ended);
+  return s;
 }
 
 absl::Status KvLeaseTable::ReleaseUncommitted(std::string_view lease_id) {
@@ -219,6 +255,7 @@ KvLeaseStats KvLeaseTable::stats() const {
   s.reclaimed_total = reclaimed_total_;
   s.free_blocks = pool_.num_free_blocks();
   s.total_blocks = pool_.options().num_blocks;
+  s.prefix = pool_.prefix_stats();
   return s;
 }
 

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -41,6 +42,9 @@ struct KvLease {
   std::vector<int32_t> blocks;  // token order
   std::vector<BlockRun> runs;   // `blocks` as runs, same order
   int tokens_reserved = 0;
+  // Leading tokens whose KV the first blocks already hold (the prefix cache; whole blocks):
+  // the prefill worker writes only the blocks after them.
+  int cached_tokens = 0;
   TimePoint expires_at;
 };
 
@@ -51,6 +55,7 @@ struct KvLeaseStats {
   int64_t reclaimed_total = 0;  // leases reclaimed by TTL since construction
   int free_blocks = 0;          // free in the pool
   int total_blocks = 0;         // the pool's size
+  PrefixCacheStats prefix;      // the prefix cache's counters (zero while it is off)
 };
 
 // Thread-safe. The table is the only user of `pool` while it exists (the pool itself is not
@@ -73,14 +78,23 @@ class KvLeaseTable {
   using FreeHook = std::function<void(const KvLease&)>;
   void set_free_hook(FreeHook hook) { free_hook_ = std::move(hook); }
 
+  // Prefix caching (off by default; set before the first Reserve): Reserve leases the cached
+  // leading full blocks of the prompt it is given, and ReleaseAndPublish keeps a finished
+  // sequence's full blocks for later prompts (KvBlockPool's prefix cache).
+  void set_prefix_cache(bool on) { prefix_cache_ = on; }
+  bool prefix_cache() const { return prefix_cache_; }
+
   // Pure check: would Reserve(tokens) find enough free blocks right now?
   bool can_reserve(int tokens) const;
 
   // Reserves the blocks for `tokens_needed` tokens, held until Commit + Release, or until `ttl`
-  // passes without a Commit. Errors: InvalidArgument (tokens <= 0, empty request id),
-  // AlreadyExists (request id already holds a lease), ResourceExhausted (not enough blocks).
+  // passes without a Commit. With the prefix cache on, the lease starts with the cached leading
+  // full blocks of `prompt` (KvLease::cached_tokens). Errors: InvalidArgument (tokens <= 0,
+  // empty request id), AlreadyExists (request id already holds a lease), ResourceExhausted (not
+  // enough blocks).
   absl::StatusOr<KvLease> Reserve(std::string_view request_id, int tokens_needed,
-                                  std::chrono::milliseconds ttl);
+                                  std::chrono::milliseconds ttl,
+                                  std::span<const int32_t> prompt = {});
 
   // The prefill finished writing `num_tokens` tokens of KV. The lease stops being subject to its
   // TTL; the returned sequence is the block table to decode from (the table still owns the
@@ -92,6 +106,10 @@ class KvLeaseTable {
   // of the same lease is an error status, never a double free.
   absl::Status Release(std::string_view lease_id);
   absl::Status ReleaseRequest(std::string_view request_id);
+  // Release of a committed lease whose first blocks hold the KV of `tokens` (from position 0):
+  // with the prefix cache on, their full blocks stay cached for later prompts first. The
+  // caller vouches for the KV (the decode engine, which wrote or received it).
+  absl::Status ReleaseAndPublish(std::string_view lease_id, std::span<const int32_t> tokens);
   // Same, but only while the lease is uncommitted (FailedPrecondition once committed): for
   // callers that must not pull blocks from under a request that is decoding (the Release and
   // Abort RPCs; a committed lease belongs to the decode engine until it finishes).
@@ -135,6 +153,7 @@ class KvLeaseTable {
                                          std::vector<KvLease>* ended);
 
   KvBlockPool& pool_;
+  bool prefix_cache_ = false;
   std::function<TimePoint()> clock_;
   FreeHook free_hook_;
 

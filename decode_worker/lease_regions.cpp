@@ -58,7 +58,11 @@ absl::StatusOr<v1::KvEndpoint> LeaseRegions::Register(const KvLease& lease, int 
                                             lease.blocks.size(), " blocks, the prompt needs ",
                                             prompt_blocks));
   }
-  const std::vector<int32_t> prompt(lease.blocks.begin(), lease.blocks.begin() + prompt_blocks);
+  // Cached leading blocks are not written (and may be shared with other sequences): only the
+  // blocks after them get regions.
+  const int cached_blocks = std::min(lease.cached_tokens / cache.block_size, prompt_blocks);
+  const std::vector<int32_t> prompt(lease.blocks.begin() + cached_blocks,
+                                    lease.blocks.begin() + prompt_blocks);
   const std::vector<BlockRun> runs = ToBlockRuns(prompt);
   const LeaseStagingPlan plan = PlanLeaseStaging(runs, cache);
   Entry entry;

@@ -56,9 +56,9 @@ class LeaseRegions {
   LeaseRegions(const LeaseRegions&) = delete;
   LeaseRegions& operator=(const LeaseRegions&) = delete;
 
-  // Registers the blocks holding the lease's first `prompt_tokens` tokens (or a staging buffer
-  // for them) and returns the endpoint the prefill worker writes to. On error nothing stays
-  // registered.
+  // Registers the blocks holding the lease's first `prompt_tokens` tokens after its cached ones
+  // (KvLease::cached_tokens), or a staging buffer for them, and returns the endpoint the
+  // prefill worker writes to. On error nothing stays registered.
   absl::StatusOr<dqserve::v1::KvEndpoint> Register(const KvLease& lease, int prompt_tokens);
 
   // Moves what the prefill worker wrote into the lease's staging buffer into its cache blocks

@@ -63,6 +63,14 @@ void AddFlags(CLI::App& app, Flags& f) {
       "GPU: each sequence's decode step independent of its batch-mates (greedy output then "
       "does not depend on the batch; speculative decoding equals plain decoding bit for "
       "bit); slower at larger batches");
+  app.add_flag("--prefix-cache", f.server.prefix_cache,
+               "keep finished requests' full KV blocks; a later prompt that starts with them "
+               "leases them instead of receiving them again (docs/serving.md, Prefix caching)");
+  app.add_option("--assistant-kv", f.server.assistant_kv,
+                 "with --prefix-cache: reuse (keep the answer's KV too, so a next turn reuses "
+                 "what decode wrote) or reprefill (keep the prompt's only)")
+      ->check(CLI::IsMember({"reuse", "reprefill"}))
+      ->capture_default_str();
   app.add_option("--cuda-kernels", f.model.cuda_kernels,
                  "GPU kernel choices as key=value pairs (docs/serving.md, Kernel options)");
   app.add_option("--speculative", f.server.speculative,

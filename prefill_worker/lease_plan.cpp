@@ -32,6 +32,14 @@ absl::StatusOr<LeasePlan> LeasePlan::Create(const v1::KvLease& lease, int num_to
         num_tokens, "-token prompt needs ", needed, " (block size ", local.block_size,
         "); reserve the lease for the whole prompt"));
   }
+  if (lease.cached_tokens() % local.block_size != 0 ||
+      lease.cached_tokens() >= static_cast<uint32_t>(std::max(num_tokens, 1))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lease ", lease.lease_id(), " says ", lease.cached_tokens(), " of the ",
+                     num_tokens, " prompt tokens are cached; that must be whole blocks of ",
+                     local.block_size, " before the prompt's last token"));
+  }
+  plan.first_shipped_ = static_cast<int>(lease.cached_tokens()) / local.block_size;
   for (const v1::KvRemoteRegion& r : lease.endpoint().regions()) {
     if (r.tensor() != v1::KV_TENSOR_KEY && r.tensor() != v1::KV_TENSOR_VALUE) {
       return absl::InvalidArgumentError(
@@ -61,7 +69,7 @@ absl::StatusOr<LeasePlan> LeasePlan::Create(const v1::KvLease& lease, int num_to
   // any compute rather than halfway through a layer.
   for (v1::KvTensor t : {v1::KV_TENSOR_KEY, v1::KV_TENSOR_VALUE}) {
     for (int layer = 0; layer < local.num_layers; ++layer) {
-      for (int i = 0; i < needed; ++i) {
+      for (int i = plan.first_shipped_; i < needed; ++i) {
         if (plan.Find(t, layer, plan.remote_blocks_[i]) < 0) {
           return absl::InvalidArgumentError(absl::StrCat("lease ", lease.lease_id(), " has no ",
                                                          TensorName(t), " region for layer ", layer,
@@ -90,7 +98,7 @@ int LeasePlan::Find(v1::KvTensor tensor, int layer, int32_t block) const {
 std::vector<RegionCopies> LeasePlan::Copies(v1::KvTensor tensor, int layer, int first, int last,
                                             std::span<const int32_t> local_blocks) const {
   std::vector<RegionCopies> out;
-  for (int i = first; i < last; ++i) {
+  for (int i = std::max(first, first_shipped_); i < last; ++i) {
     const int32_t remote = remote_blocks_[i];
     const int k = Find(tensor, layer, remote);  // Create checked that it exists
     const Region& r = regions_[k];

@@ -32,11 +32,14 @@ class LeasePlan {
 
   // The remote block id that holds prompt block `index` (token t is in block t / block_size).
   int32_t remote_block(int index) const { return remote_blocks_[index]; }
+  // Prompt blocks before this one are cached on the decode worker (KvLease.cached_tokens):
+  // nothing ships for them.
+  int first_shipped_block() const { return first_shipped_; }
   int num_regions() const { return static_cast<int>(regions_.size()); }
 
-  // The copies that ship prompt blocks [first, last) of `layer` and `tensor`, read from the local
-  // blocks `local_blocks` (indexed by prompt block), grouped by remote region, consecutive
-  // blocks merged into one CopyOp.
+  // The copies that ship prompt blocks [first, last) of `layer` and `tensor` (less the cached
+  // ones before first_shipped_block()), read from the local blocks `local_blocks` (indexed by
+  // prompt block), grouped by remote region, consecutive blocks merged into one CopyOp.
   std::vector<RegionCopies> Copies(dqserve::v1::KvTensor tensor, int layer, int first, int last,
                                    std::span<const int32_t> local_blocks) const;
 
@@ -55,6 +58,7 @@ class LeasePlan {
   size_t LayerSlot(dqserve::v1::KvTensor tensor, int layer) const;
 
   KvTensorLayout local_;
+  int first_shipped_ = 0;
   std::vector<int32_t> remote_blocks_;
   std::vector<Region> regions_;
   // The regions covering each (tensor, local layer), K's layers first: Find scans only these

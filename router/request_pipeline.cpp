@@ -197,7 +197,7 @@ StartResult RequestPipeline::Start(GenerationInput input) {
   if (std::optional<StartResult> refused = Admit(*r)) return std::move(*refused);
   metrics_.prompt_tokens.fetch_add(r->input_.prompt_ids.size());
 
-  ApiResult<WorkerHandle> decode = registry_.Pick(WorkerRole::kDecode);
+  ApiResult<WorkerHandle> decode = PickDecode(r->input_.prompt_ids);
   if (!decode.ok()) return Fail(Outcome::kError, decode.error());
   ApiResult<WorkerHandle> prefill = registry_.Pick(WorkerRole::kPrefill);
   if (!prefill.ok()) return Fail(Outcome::kError, prefill.error());
@@ -250,12 +250,29 @@ std::optional<StartResult> RequestPipeline::Admit(ActiveRequest& r) {
   return std::nullopt;
 }
 
+ApiResult<WorkerHandle> RequestPipeline::PickDecode(const std::vector<int32_t>& prompt) {
+  const std::optional<v1::KvLayout> layout = registry_.reference_layout();
+  const int block_size = layout ? static_cast<int>(layout->block_size()) : 0;
+  const auto match = affinity_.Longest(prompt, block_size, [&](std::string_view worker) {
+    return registry_.IsLivePrefixCache(worker);
+  });
+  ApiResult<WorkerHandle> decode =
+      registry_.Pick(WorkerRole::kDecode, match ? std::string_view(match->worker) : "");
+  if (decode.ok() && decode->identity().prefix_cache()) {
+    affinity_.Record(decode->address(), prompt, block_size);
+  }
+  return decode;
+}
+
 std::optional<ApiError> RequestPipeline::Reserve(ActiveRequest& r, const WorkerHandle& prefill) {
   const WorkerHandle& decode = *r.decode_;
   v1::ReserveRequest request;
   request.set_request_id(r.id());
   request.set_num_tokens(static_cast<uint32_t>(r.input_.prompt_ids.size()));
   request.set_max_new_tokens(static_cast<uint32_t>(r.input_.max_tokens));
+  // For a decode worker's prefix cache (leased cached blocks are not shipped again).
+  request.mutable_prompt_token_ids()->Assign(r.input_.prompt_ids.begin(),
+                                             r.input_.prompt_ids.end());
   for (const std::string& t : prefill.identity().transports()) request.add_transports(t);
   request.set_deadline_unix_ms(ToUnixMs(r.deadline_));
 

@@ -28,6 +28,7 @@
 #include "router/decode_lease.h"
 #include "router/openai_response.h"
 #include "router/output_assembler.h"
+#include "router/prefix_affinity.h"
 #include "router/router_metrics.h"
 #include "router/scheduler.h"
 #include "router/served_model.h"
@@ -153,6 +154,9 @@ class RequestPipeline {
   void Unregister(const std::string& id);
   std::optional<StartResult> Admit(ActiveRequest& r);
   std::optional<ApiError> Reserve(ActiveRequest& r, const WorkerHandle& prefill);
+  // The decode worker for `prompt`: the one holding its longest remembered prefix (a decode
+  // worker with a prefix cache, within the load slack), else the least loaded.
+  ApiResult<WorkerHandle> PickDecode(const std::vector<int32_t>& prompt);
   std::optional<ApiError> Prefill(ActiveRequest& r, const WorkerHandle& prefill);
   StartResult Fail(Outcome outcome, ApiError error);
 
@@ -161,6 +165,7 @@ class RequestPipeline {
   Scheduler& scheduler_;
   WorkerRegistry& registry_;
   RouterMetrics& metrics_;
+  PrefixAffinity affinity_;
 
   std::mutex mu_;
   bool closing_ = false;

@@ -87,12 +87,17 @@ std::string_view WorkerRoleName(WorkerRole role) {
   return role == WorkerRole::kPrefill ? "prefill" : "decode";
 }
 
-std::optional<size_t> PickLeastLoaded(std::span<const WorkerStatus> workers, size_t start) {
+std::optional<size_t> PickLeastLoaded(std::span<const WorkerStatus> workers, size_t start,
+                                      std::optional<size_t> preferred) {
   std::optional<size_t> best;
   for (size_t k = 0; k < workers.size(); ++k) {
     const size_t i = (start + k) % workers.size();
     if (!workers[i].live()) continue;
     if (!best || workers[i].load() < workers[*best].load()) best = i;
+  }
+  if (best && preferred && *preferred < workers.size() && workers[*preferred].live() &&
+      workers[*preferred].load() <= workers[*best].load() + kAffinitySlack) {
+    return preferred;
   }
   return best;
 }
@@ -374,13 +379,27 @@ void WorkerRegistry::MarkDown(WorkerRole role, const std::string& address,
   }
 }
 
-ApiResult<WorkerHandle> WorkerRegistry::Pick(WorkerRole role) {
+bool WorkerRegistry::IsLivePrefixCache(std::string_view address) const {
+  std::lock_guard lock(mu_);
+  for (const auto& w : decode_) {
+    if (w->status.address == address) {
+      return w->status.live() && w->status.identity.prefix_cache();
+    }
+  }
+  return false;
+}
+
+ApiResult<WorkerHandle> WorkerRegistry::Pick(WorkerRole role, std::string_view preferred) {
   std::lock_guard lock(mu_);
   auto& workers = WorkersOf(role);
   std::vector<WorkerStatus> statuses;
+  std::optional<size_t> prefer;
   statuses.reserve(workers.size());
-  for (const auto& w : workers) statuses.push_back(w->status);
-  const std::optional<size_t> picked = PickLeastLoaded(statuses, rotation_++);
+  for (const auto& w : workers) {
+    if (!preferred.empty() && w->status.address == preferred) prefer = statuses.size();
+    statuses.push_back(w->status);
+  }
+  const std::optional<size_t> picked = PickLeastLoaded(statuses, rotation_++, prefer);
   if (!picked) {
     std::vector<std::string> why;
     for (const WorkerStatus& s : statuses) why.push_back(absl::StrCat(s.address, ": ", s.detail));

@@ -60,8 +60,11 @@ struct WorkerStatus {
 };
 
 // The least-loaded live worker, scanning from `start` (mod size) so that ties rotate between
-// workers; nullopt when none is live.
-std::optional<size_t> PickLeastLoaded(std::span<const WorkerStatus> workers, size_t start);
+// workers; nullopt when none is live. A live `preferred` worker (the one holding the prompt's
+// prefix) wins unless it carries more than kAffinitySlack requests beyond the least loaded.
+inline constexpr int64_t kAffinitySlack = 4;
+std::optional<size_t> PickLeastLoaded(std::span<const WorkerStatus> workers, size_t start,
+                                      std::optional<size_t> preferred = std::nullopt);
 
 // Empty when equal; otherwise "field: expected X, worker has Y" clauses.
 std::string DescribeLayoutMismatch(const dqserve::v1::KvLayout& expected,
@@ -131,9 +134,11 @@ class WorkerRegistry {
   // startup may call it directly).
   void ProbeAll();
 
-  // The least-loaded live worker of `role`, or 503 "no live <role> worker" naming every
-  // worker's state.
-  ApiResult<WorkerHandle> Pick(WorkerRole role);
+  // The least-loaded live worker of `role` (or the live worker at address `preferred`, within
+  // PickLeastLoaded's slack), or 503 "no live <role> worker" naming every worker's state.
+  ApiResult<WorkerHandle> Pick(WorkerRole role, std::string_view preferred = {});
+  // Whether the decode worker at `address` is live and keeps a prefix cache (its identity).
+  bool IsLivePrefixCache(std::string_view address) const;
   // A request's call to the worker failed as unreachable: route around it until the health
   // thread sees it again.
   void MarkDown(WorkerRole role, const std::string& address, const std::string& reason);

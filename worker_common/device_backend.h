@@ -48,6 +48,14 @@ struct DeviceBackendOptions {
 // Whether this binary has the CUDA backend.
 bool BuiltWithCuda();
 
+// The CPU backend's answer to `options` (both builds): GPU-only options are refused.
+inline absl::Status CheckCpuBackendOptions(const DeviceSpec& device,
+                                           const DeviceBackendOptions& options) {
+  if (options.cuda_kernels.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--cuda-kernels is for a GPU (--device cuda[:N]), got --device ", device.name()));
+}
+
 // The ModelRunner backend for `device`: empty (the CPU backend) for the CPU. FailedPrecondition
 // when this build has no CUDA, no CUDA device is usable, or the GPU's index does not exist.
 // Checked before any weight is read, so a wrong device fails at once.

@@ -234,10 +234,7 @@ bool BuiltWithCuda() { return true; }
 absl::StatusOr<BackendFactory> BackendForDevice(const DeviceSpec& device,
                                                 const DeviceBackendOptions& options) {
   if (!device.cuda) {
-    if (!options.cuda_kernels.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--cuda-kernels is for a GPU (--device cuda[:N]), got --device ", device.name()));
-    }
+    DQ_RETURN_IF_ERROR(CheckCpuBackendOptions(device, options));
     return BackendFactory{};
   }
   // Checked before the device, so that a bad value fails the same on any machine.

@@ -141,6 +141,10 @@ std::vector<ChildSpec> Children(const DeployConfig& c, const std::string& log_le
   const std::vector<std::string> drafter = DrafterArgs(c.decode);
   decode.argv.insert(decode.argv.end(), drafter.begin(), drafter.end());
   if (c.decode.batch_invariant) decode.argv.push_back("--batch-invariant");
+  if (!c.prefix_cache.assistant_kv.empty()) {
+    decode.argv.insert(decode.argv.end(),
+                       {"--prefix-cache", "--assistant-kv", c.prefix_cache.assistant_kv});
+  }
   ChildSpec prefill{"prefill", {SiblingBinary("dq-prefill")}, {}};
   for (auto& s : PhaseArgs(c, c.prefill, log_level)) prefill.argv.push_back(s);
   // The same drafter on the prefill worker: it ships the drafter's prompt KV with the target's.

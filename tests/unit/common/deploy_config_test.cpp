@@ -148,3 +148,26 @@ TEST(DeployConfig, ShippedExamplesParse) {
 
 }  // namespace
 }  // namespace dq
+
+namespace dq {
+namespace {
+
+// [prefix_cache]: the prefill worker's cache, and the decode worker's with its assistant_kv.
+TEST(DeployConfig, PrefixCache) {
+  auto off = ParseDeployConfig("model = \"m\"\n");
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->prefix_cache.enabled);
+  EXPECT_TRUE(off->prefix_cache.assistant_kv.empty());
+  for (const char* policy : {"reuse", "reprefill"}) {
+    auto on = ParseDeployConfig(absl::StrCat(
+        "model = \"m\"\n[prefix_cache]\nenabled = true\nassistant_kv = \"", policy, "\"\n"));
+    ASSERT_TRUE(on.ok()) << on.status();
+    EXPECT_TRUE(on->prefix_cache.enabled);
+    EXPECT_EQ(on->prefix_cache.assistant_kv, policy);
+  }
+  ExpectError("model = \"m\"\n[prefix_cache]\nassistant_kv = \"keep\"\n",
+              "assistant_kv must be \"reuse\" or \"reprefill\"");
+}
+
+}  // namespace
+}  // namespace dq

@@ -299,3 +299,76 @@ TEST(KvLeaseTableConcurrencyTest, ConcurrentReserveReleaseKeepsCountsConsistent)
 
 }  // namespace
 }  // namespace dq
+
+namespace dq {
+namespace {
+
+std::vector<int32_t> Tokens(int n, int32_t first) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = first + i;
+  return t;
+}
+
+// With the prefix cache on: a finished lease published with its tokens lends its full blocks to
+// a later prompt that starts with them (KvLease::cached_tokens, the same block ids first), never
+// the block holding that prompt's last token; releases return every block; without the cache
+// nothing is shared.
+TEST_F(KvLeaseTableTest, PrefixCacheLendsPublishedBlocksToALaterPrompt) {
+  table_.set_prefix_cache(true);
+  const int start = pool_.num_free_blocks();
+  const std::vector<int32_t> turn1 = Tokens(40, 100);  // 2 full blocks + 8
+  auto a = table_.Reserve("a", 64, milliseconds(1000), turn1);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->cached_tokens, 0);
+  ASSERT_TRUE(table_.Commit(a->lease_id, 40).ok());
+  std::vector<int32_t> with_answer = turn1;
+  for (int i = 0; i < 10; ++i) with_answer.push_back(7 + i);  // 50 tokens in KV: 3 full blocks
+  ASSERT_TRUE(table_.ReleaseAndPublish(a->lease_id, with_answer).ok());
+  EXPECT_EQ(pool_.num_free_blocks(), start);  // cached blocks are evictable
+  EXPECT_EQ(table_.stats().prefix.cached_blocks, 3);
+
+  std::vector<int32_t> turn2 = with_answer;
+  for (int i = 0; i < 20; ++i) turn2.push_back(500 + i);
+  auto b = table_.Reserve("b", 90, milliseconds(1000), turn2);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->cached_tokens, 48);
+  ASSERT_GE(b->blocks.size(), 3u);
+  EXPECT_EQ(std::vector<int32_t>(b->blocks.begin(), b->blocks.begin() + 3),
+            std::vector<int32_t>(a->blocks.begin(), a->blocks.begin() + 3));
+  EXPECT_EQ(static_cast<int>(b->blocks.size()), pool_.BlocksFor(90));
+  // A prompt that is exactly the cached tokens keeps its last block to be written.
+  auto c = table_.Reserve("c", 64, milliseconds(1000), std::span(with_answer).first(48));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->cached_tokens, 32);
+  ASSERT_TRUE(table_.Release(b->lease_id).ok());
+  ASSERT_TRUE(table_.Release(c->lease_id).ok());
+  EXPECT_EQ(pool_.num_free_blocks(), start);
+  EXPECT_GT(table_.stats().prefix.hit_blocks, 0);
+
+  KvBlockPool other_pool(SmallPool(32));
+  KvLeaseTable off(other_pool);
+  auto d = off.Reserve("d", 64, milliseconds(1000), turn1);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->cached_tokens, 0);
+  ASSERT_TRUE(off.Commit(d->lease_id, 40).ok());
+  ASSERT_TRUE(off.ReleaseAndPublish(d->lease_id, turn1).ok());
+  EXPECT_EQ(off.stats().prefix.cached_blocks, 0);
+}
+
+// A Reserve that cannot get its fresh blocks gives the cached ones back.
+TEST_F(KvLeaseTableTest, PrefixCacheRefusalKeepsNoReference) {
+  table_.set_prefix_cache(true);
+  const std::vector<int32_t> prompt = Tokens(40, 1);
+  auto a = table_.Reserve("a", 40, milliseconds(1000), prompt);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(table_.Commit(a->lease_id, 40).ok());
+  ASSERT_TRUE(table_.ReleaseAndPublish(a->lease_id, prompt).ok());
+  const int free = pool_.num_free_blocks();
+  auto big = table_.Reserve("big", 33 * kBlockSize, milliseconds(1000), prompt);
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(pool_.num_free_blocks(), free);
+  for (int32_t b : a->blocks) EXPECT_EQ(pool_.refcount(b), 0);
+}
+
+}  // namespace
+}  // namespace dq

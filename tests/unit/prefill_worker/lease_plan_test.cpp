@@ -136,3 +136,39 @@ TEST(LeasePlan, RegionsIndexedByLayerFindTheirLayersOnly) {
 
 }  // namespace
 }  // namespace dq::prefill
+
+namespace dq::prefill {
+namespace {
+
+// Blocks the decode worker already holds (KvLease.cached_tokens) need no region and ship
+// nothing; the rest ship as before. Cached counts that are not whole blocks before the
+// prompt's last token are refused.
+TEST(LeasePlan, CachedLeadingBlocksShipNothing) {
+  v1::KvLease lease;
+  lease.set_lease_id("c");
+  AddRun(lease, 20, 4);  // blocks 20, 21 cached; 22, 23 written
+  lease.set_cached_tokens(32);
+  for (v1::KvTensor t : {v1::KV_TENSOR_KEY, v1::KV_TENSOR_VALUE}) {
+    AddRegion(lease, t, 0, 2, 22, 2);  // regions over the written blocks only
+  }
+  auto plan = LeasePlan::Create(lease, 60, kLocal);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->first_shipped_block(), 2);
+  const std::vector<int32_t> local = {0, 1, 2, 3};
+  EXPECT_TRUE(plan->Copies(v1::KV_TENSOR_KEY, 0, 0, 2, local).empty());
+  const auto groups = plan->Copies(v1::KV_TENSOR_KEY, 1, 0, 4, local);
+  ASSERT_EQ(groups.size(), 1u);
+  ASSERT_EQ(groups[0].copies.size(), 1u);
+  EXPECT_EQ(groups[0].copies[0].local_offset, 50 * kBlock + 2 * kBlock);
+  EXPECT_EQ(groups[0].copies[0].remote_offset, kStride);
+  EXPECT_EQ(groups[0].copies[0].bytes, 2 * kBlock);
+  for (uint32_t bad : {8u, 64u, 60u}) {  // not a block; past the prompt; covers its last token
+    v1::KvLease l = lease;
+    l.set_cached_tokens(bad);
+    auto refused = LeasePlan::Create(l, 60, kLocal);
+    EXPECT_FALSE(refused.ok()) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace dq::prefill
