@@ -13,7 +13,10 @@ METRIC_KEYS = [
     "dq_time_to_first_token_seconds_sum", "dq_time_to_first_token_seconds_count",
     "dq_time_per_output_token_seconds_sum", "dq_time_per_output_token_seconds_count",
     "dq_queue_time_seconds_sum", "dq_queue_time_seconds_count",
+    "dq_kv_transfer_bytes_total", "dq_prompt_cached_tokens_total",
 ]
+# Per-worker series recorded as their sum over the workers of a role (the prefix caches).
+SUMMED_KEYS = ["dq_worker_prefix_hit_blocks_total", "dq_worker_prefix_queried_blocks_total"]
 
 
 def probe(client, retries=3):
@@ -65,6 +68,11 @@ def metrics(client):
         return None
     m = parse_prometheus(text)
     out = {k: m[k] for k in METRIC_KEYS if k in m}
+    for name in SUMMED_KEYS:
+        for role in ("prefill", "decode"):
+            rows = [v for k, v in m.items() if k.startswith(name + "{") and f'role="{role}"' in k]
+            if rows:
+                out[f"{name}{{role={role}}}"] = sum(rows)
     return out or None
 
 

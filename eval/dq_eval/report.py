@@ -9,7 +9,7 @@ from . import EvalError, plot, stats
 from .deployment import pretty_scheme
 from .runner import MANIFEST, RESULTS, load_results, read_json, write_json
 
-FAMILIES = ("decode-heavy", "prefill-heavy", "log-likelihood")
+FAMILIES = ("decode-heavy", "prefill-heavy", "log-likelihood", "multi-turn")
 
 
 def load_run(run_dir):

@@ -9,6 +9,7 @@ from . import EvalError, deployment
 from .client import RETRY_STATUS, HttpError, Malformed, Unreachable, summarize
 from .progress import Progress
 from .tasks import fingerprint
+from .tasks.base import response_text
 
 RESULTS = "results.jsonl"
 ERRORS = "errors.jsonl"
@@ -157,9 +158,16 @@ class Runner:
                "family": task.family, "fp": item["fp"], "gold": item.get("gold"),
                "meta": item.get("meta") or {}}
         error = None
+        history = []  # the conversation so far, for requests that continue it
         for req in item["requests"]:
+            if req.get("after_previous"):
+                # The previous turn's messages, its answer, then this turn's message.
+                req = {"path": req["path"],
+                       "body": dict(req["body"], messages=history + req["body"]["messages"])}
             try:
                 resp = self.post(req)
+                history = req["body"].get("messages", []) + [
+                    {"role": "assistant", "content": response_text(resp)}]
             except Malformed as e:
                 error = f"malformed response: {e}"
                 break

@@ -3,9 +3,11 @@ from .. import EvalError
 from .base import DECODE, LOGLIK, PREFILL, Options, fingerprint  # noqa: F401
 from .decode_tasks import Arith, ArithOneStep, Gsm8k, MmluPro, Units
 from .mc import McArith, McFile
+from .multiturn import MultiTurnRecall, MultiTurnRecall3
 from .ruler import RULER_TASKS
 
-TASKS = {t.name: t for t in [Arith, ArithOneStep, Units, Gsm8k, MmluPro, *RULER_TASKS, McArith, McFile]}
+TASKS = {t.name: t for t in [Arith, ArithOneStep, Units, Gsm8k, MmluPro, *RULER_TASKS, McArith,
+                             McFile, MultiTurnRecall, MultiTurnRecall3]}
 # Names that stand for several tasks.
 GROUPS = {
     "ruler": [t.name for t in RULER_TASKS if t.name != "ruler-niah"],

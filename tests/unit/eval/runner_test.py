@@ -128,6 +128,38 @@ class RunAndReport(Base):
         self.assertIn("error: ", err)
         self.assertIn("seed 5 -> 6", err)
 
+    def test_multiturn_conversations_carry_the_models_own_answers(self):
+        import re as _re
+
+        def answer(body):
+            msgs = body["messages"]
+            last = msgs[-1]["content"]
+            if last.startswith("What is the") and "?" in last:
+                # Recall from the first turn only if the whole conversation came along.
+                m = _re.search(r"By the way, (.+?) is (\S+?)\. Please", msgs[0]["content"])
+                subject = last[len("What is "):last.index("?")]
+                ok = m and m.group(1) == subject and len(msgs) >= 5 and \
+                    msgs[1] == {"role": "assistant", "content": "OK."}
+                return f"It is {m.group(2)}." if ok else "I forgot."
+            return "OK." if "Reply with just OK" in last else "Some answer."
+        m = self.mock(answer=answer)
+        rc, err, _ = run(*self.common(m, "--tasks", "multiturn,multiturn-3", "--limit", "3"))
+        self.assertEqual(rc, 0, err)
+        recs = results(self.out)
+        self.assertEqual(len(recs), 6)
+        self.assertEqual([r["score"] for r in recs], [1.0] * 6)
+        self.assertEqual(m.posts(), 3 * 3 + 3 * 4)
+        # Each later turn repeats the conversation: user, assistant, user, ...
+        turns = [len(b["messages"]) for _, b in m.requests if "messages" in b]
+        self.assertEqual(sorted(set(turns)), [1, 3, 5, 7])
+        rep = load(os.path.join(self.out, "report.json"))["deployments"][0]
+        self.assertEqual(rep["families"]["multi-turn"]["n"], 6)
+        self.out = os.path.join(self.dir, "completions")
+        rc, err, _ = run(*self.common(m, "--tasks", "multiturn", "--limit", "1", "--api",
+                                      "completions"))
+        self.assertNotEqual(rc, 0)
+        self.assertIn("is a chat conversation; run it with --api chat", err)
+
     def test_retries_on_429_and_malformed_answers_scored_wrong(self):
         m = self.mock()
         m.refuse_next = 2
