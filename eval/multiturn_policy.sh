@@ -38,7 +38,9 @@ for spec in nvfp4 int4:64; do
 done
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-weights() { [[ $1 == /* ]] && echo "$1" || echo "$PWD/$work/$1"; }
+weights() {  # a format's checkpoint under $work (absolute or relative to the checkout)
+  [[ $work == /* ]] && echo "$work/$1" || echo "$PWD/$work/$1"
+}
 pid=""
 trap '[ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null || true' EXIT
 dirs=()
