@@ -6,7 +6,7 @@ DFlash drafter from `dq-tool make-dflash`:
   drafter's projected prompt context from the prefill worker's host pool): greedy chat output
   equals plain GPU decoding, the drafter's prompt context is "shipped", drafts are made; the same
   with a prefill worker that runs no drafter ("recomputed": the decode worker taps its own target
-  pass).
+  pass), and through `dqserve up` with [decode] speculative = "dflash" and both devices cuda.
 Needs the release-cuda binaries in DQ_BIN_DIR and models/SmolLM2-135M-Instruct.Q4_1.gguf."""
 import glob
 import os
@@ -17,7 +17,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "e2e", "serve"))
 import spec_self  # noqa: E402
-from serve_lib import BIN, Deployment, check, fail, finish, generate_cli  # noqa: E402
+from serve_lib import BIN, Deployment, Up, check, fail, finish, generate_cli  # noqa: E402
 from spec_self import run_prompts  # noqa: E402
 
 MODEL = os.environ.get("DQ_MODEL", os.path.abspath("models/SmolLM2-135M-Instruct.Q4_1.gguf"))
@@ -48,6 +48,15 @@ def main():
     with Deployment(MODEL, decode_args=decode, prefill_args=prefill) as dep:
         run_prompts(dep.port, "cuda workers, no drafter on prefill", "recomputed", references,
                     min_accepted=0)
+    # The same through `dqserve up` and its TOML ([decode] speculative = "dflash" on cuda).
+    up = Up(work, "dflash_cuda", MODEL,
+            f'device = "cuda"\nspeculative = "dflash"\nspec_k = 4\ndraft_weights = "{drafter}"\n',
+            prefill_toml='device = "cuda"\n')
+    try:
+        run_prompts(up.port, "dqserve up on cuda, shipped", "shipped", references,
+                    min_accepted=0)
+    finally:
+        check(up.stop() == 0, "dqserve up on cuda stopped cleanly")
     shutil.rmtree(work, ignore_errors=True)
     finish()
 
