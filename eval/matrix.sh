@@ -38,27 +38,11 @@ DEPLOYMENTS=(
   "full disagg nvfp4 -> lut2|nvfp4|w4a4|lut2|weight_only"
 )
 
+# shellcheck source=eval/lib.sh
+source eval/lib.sh
 # The checkpoints, as scripts/fidelity-report.sh makes them (SmolLM2's widths are multiples of
 # 64, not 128).
-for spec in bf16 fp8 nvfp4 int4:64 int3:64 int2:32 lut3 lut2; do
-  fmt=${spec%%:*}; group=""
-  [[ $spec == *:* ]] && group="--group-size ${spec##*:}"
-  [ -f "$work/$fmt/model.safetensors" ] && continue
-  "$bin/dq-quantize" --model "$ref" --format "$fmt" $group --calib tests/data/calib_text.txt \
-    --out "$work/$fmt"
-done
-
-# A free port below the kernel's ephemeral range (see tests/e2e/serve/serve_lib.py free_port).
-free_port() { python3 -c '
-import random, socket
-low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-for _ in range(200):
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", random.randint(max(1024, low - 12000), low - 1))); break
-    except OSError:
-        s.close()
-print(s.getsockname()[1])'; }
+quantize_formats "$bin/dq-quantize" "$ref" "$work" bf16 fp8 nvfp4 int4:64 int3:64 int2:32 lut3 lut2
 weights() { [[ $1 == /* ]] && echo "$1" || echo "$PWD/$work/$1"; }
 pids=()
 up() {  # up NAME PREFILL_W PREFILL_C DECODE_W DECODE_C: sets PORT once serving

@@ -29,15 +29,9 @@ DEPLOYMENTS=(
   "nvfp4 format-disagg|nvfp4|w4a4|nvfp4|weight_only"
   "full disagg nvfp4 -> int4 g64|nvfp4|w4a4|int4|weight_only"
 )
-for spec in nvfp4 int4:64; do
-  fmt=${spec%%:*}; group=""
-  [[ $spec == *:* ]] && group="--group-size ${spec##*:}"
-  [ -f "$work/$fmt/model.safetensors" ] && continue
-  "$quantize" --model "$ref" --format "$fmt" $group --calib tests/data/calib_text.txt \
-    --out "$work/$fmt"
-done
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# shellcheck source=eval/lib.sh
+source eval/lib.sh
+quantize_formats "$quantize" "$ref" "$work" nvfp4 int4:64
 weights() {  # a format's checkpoint under $work (absolute or relative to the checkout)
   [[ $work == /* ]] && echo "$work/$1" || echo "$PWD/$work/$1"
 }
