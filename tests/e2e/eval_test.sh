@@ -6,17 +6,9 @@ source "$(dirname "$0")/lib.sh"
 EVAL=$SRC/eval/dq-eval
 [ -f "$SMOL" ] || { echo "FAIL: $SMOL missing (scripts/setup.sh fetches it)"; exit 1; }
 
-# A free port below the kernel's ephemeral range (see tests/e2e/serve/serve_lib.py free_port).
-free_port() { python3 -c '
-import random, socket
-low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-for _ in range(200):
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", random.randint(max(1024, low - 12000), low - 1))); break
-    except OSError:
-        s.close()
-print(s.getsockname()[1])'; }
+# free_port: a free port below the kernel's ephemeral range.
+# shellcheck source=eval/lib.sh
+source "$SRC/eval/lib.sh"
 # Requests the router answered (every outcome), from its /metrics.
 requests() { python3 -c '
 import sys, urllib.request
