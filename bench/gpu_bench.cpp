@@ -35,7 +35,6 @@ ModelConfig Qwen3_4B() {
   c.rope_theta = 1000000.0f;
   c.max_context = 40960;
   c.tie_word_embeddings = true;
-  c.qk_norm = true;
   return c;
 }
 

@@ -20,7 +20,8 @@ struct Architecture {
   // HF config.json's model_type and architectures[0] values that mean this architecture.
   std::vector<std::string_view> hf_names;
   std::string_view hf_class;  // what an HF export writes as architectures[0]
-  // Facts the architecture fixes in its config (qk_norm; the RoPE pairing GGUF files use).
+  // Facts the architecture fixes in its config (the RoPE pairing its GGUF files use); null:
+  // none. What its layers hold (q/k norms, ...) is in the blocks `bind` declares.
   void (*configure)(ModelConfig& config, bool gguf) = nullptr;
   // Binds the checkpoint's tensors into the program's blocks (weights stay in the mapping).
   absl::StatusOr<ModelProgram> (*bind)(const WeightBinder& binder, const TensorNames& names,

@@ -3,9 +3,8 @@
 namespace dq {
 namespace {
 
+// llama.cpp's converter permutes Llama's q/k rows so that adjacent pairs rotate.
 void Configure(ModelConfig& c, bool gguf) {
-  c.qk_norm = false;
-  // llama.cpp's converter permutes Llama's q/k rows so that adjacent pairs rotate.
   if (gguf) c.rope_style = RopeStyle::kInterleaved;
 }
 

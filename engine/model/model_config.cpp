@@ -99,7 +99,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromHfJson(const nlohmann::json& j) {
         "config.json: rope_scaling is not supported yet; remove it or use a model without it");
   }
   c.rope_style = j.value("dq_rope_interleaved", false) ? RopeStyle::kInterleaved : RopeStyle::kNeox;
-  arch->configure(c, /*gguf=*/false);
+  if (arch->configure) arch->configure(c, /*gguf=*/false);
   DQ_ASSIGN_OR_RETURN(c.quant, QuantConfig::FromHfConfig(j));
   DQ_RETURN_IF_ERROR(c.Validate());
   return c;
@@ -136,7 +136,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& g) {
                             : (tokens.ok() ? static_cast<int>((*tokens)->size()) : 0);
   c.tie_word_embeddings = g.Find("output.weight") == nullptr;
   c.rope_style = RopeStyle::kNeox;
-  arch->configure(c, /*gguf=*/true);
+  if (arch->configure) arch->configure(c, /*gguf=*/true);
   auto bos = g.GetInt("tokenizer.ggml.bos_token_id");
   if (bos.ok()) c.bos_token_id = static_cast<int32_t>(*bos);
   auto eos = g.GetInt("tokenizer.ggml.eos_token_id");

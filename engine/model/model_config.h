@@ -30,7 +30,6 @@ struct ModelConfig {
   float rope_theta = 10000.0f;
   int max_context = 0;
   bool tie_word_embeddings = false;
-  bool qk_norm = false;  // Qwen3: RMSNorm over each head of q and k before RoPE
   RopeStyle rope_style = RopeStyle::kNeox;
   int32_t bos_token_id = -1;
   std::vector<int32_t> eos_token_ids;

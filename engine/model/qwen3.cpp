@@ -3,9 +3,6 @@
 namespace dq {
 namespace {
 
-// GGUF files of Qwen3 keep HF's (i, i + d/2) RoPE pairing.
-void Configure(ModelConfig& c, bool /*gguf*/) { c.qk_norm = true; }
-
 absl::StatusOr<ModelProgram> Bind(const WeightBinder& binder, const TensorNames& names,
                                   const ModelConfig& c) {
   ModelProgram p;
@@ -22,7 +19,12 @@ absl::StatusOr<ModelProgram> Bind(const WeightBinder& binder, const TensorNames&
 
 const Architecture& Qwen3Architecture() {
   static const Architecture kQwen3{
-      "qwen3", {"qwen3", "Qwen3ForCausalLM"}, "Qwen3ForCausalLM", &Configure, &Bind};
+      // GGUF files of Qwen3 keep HF's (i, i + d/2) RoPE pairing: nothing to configure.
+      "qwen3",
+      {"qwen3", "Qwen3ForCausalLM"},
+      "Qwen3ForCausalLM",
+      nullptr,
+      &Bind};
   return kQwen3;
 }
 

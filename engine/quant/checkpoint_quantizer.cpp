@@ -129,7 +129,10 @@ absl::Status QuantizeLayer(Job& job, int layer) {
 
 absl::Status NormsOf(Job& job, int layer) {
   std::vector<const char*> roles = {"attn_norm", "ffn_norm"};
-  if (job.src.config.qk_norm) roles.insert(roles.end(), {"attn_q_norm", "attn_k_norm"});
+  // Per-head q/k norms where the architecture has them (Qwen3's attention blocks).
+  if (job.src.checkpoint->Find(job.src_names.Layer(layer, "attn_q_norm")) != nullptr) {
+    roles.insert(roles.end(), {"attn_q_norm", "attn_k_norm"});
+  }
   for (const char* role : roles) {
     DQ_ASSIGN_OR_RETURN(std::vector<float> v, ReadF32(job, job.src_names.Layer(layer, role)));
     AddPlain(job, job.out_names.Layer(layer, role), DType::kF32, {static_cast<int64_t>(v.size())},

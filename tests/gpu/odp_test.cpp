@@ -41,7 +41,6 @@ ModelConfig TinyQwen3() {
   c.rms_norm_eps = 1e-6f;
   c.rope_theta = 1000000.0f;
   c.max_context = 1024;
-  c.qk_norm = true;
   return c;
 }
 
