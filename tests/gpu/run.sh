@@ -2,8 +2,10 @@
 # On the GPU machine: every CUDA op against the CPU reference on fresh random data, then the
 # whole model (SmolLM2 Q4_1 and a tiny random Qwen3) against the CPU backend's logits, in
 # weight-only compute and in the prefill compute modes (fp8 W8A8, nvfp4 W4A4, fp8 prefill with
-# int4 decode), and decode steps replayed from CUDA graphs against eager ones (bitwise); with
-# two GPUs also the nccl and ucx KV transports between them.
+# int4 decode), and decode steps replayed from CUDA graphs against eager ones (bitwise), the
+# taps a drafter reads (ForwardHooks::tap_layers) and DFlash on a CUDA target; with two GPUs also
+# the nccl and ucx KV transports between them. (Serving with DFlash on the GPU:
+# tests/gpu/serve_dflash_cuda.py.)
 # Needs build/release-cuda/bin (dq_gpu_tests, dq-tool) and models/SmolLM2-135M-Instruct.Q4_1.gguf
 # (or $SMOLLM2). Results (gtest JSON + log) go to $OUT (default /tmp/dq-gpu).
 set -euo pipefail
