@@ -8,7 +8,6 @@ DFlash drafter from `dq-tool make-dflash`:
   with a prefill worker that runs no drafter ("recomputed": the decode worker taps its own target
   pass), and through `dqserve up` with [decode] speculative = "dflash" and both devices cuda.
 Needs the release-cuda binaries in DQ_BIN_DIR and models/SmolLM2-135M-Instruct.Q4_1.gguf."""
-import glob
 import os
 import shutil
 import subprocess
@@ -17,7 +16,8 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "e2e", "serve"))
 import spec_self  # noqa: E402
-from serve_lib import BIN, Deployment, Up, check, fail, finish, generate_cli  # noqa: E402
+from serve_lib import (BIN, Deployment, Up, check, fail, finish, generate_cli,  # noqa: E402
+                       run_main)
 from spec_self import run_prompts  # noqa: E402
 
 MODEL = os.environ.get("DQ_MODEL", os.path.abspath("models/SmolLM2-135M-Instruct.Q4_1.gguf"))
@@ -62,11 +62,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Exception as e:  # noqa: BLE001 - report, then fail the test
-        fail(f"{type(e).__name__}: {e}")
-        for log in sorted(glob.glob(os.path.join(tempfile.gettempdir(), "dq-serve-*", "*.log"))):
-            with open(log, errors="replace") as f:
-                print(f"--- {log} (tail)\n" + "".join(f.readlines()[-8:]))
-        finish()
+    run_main(main, log_tails=True)

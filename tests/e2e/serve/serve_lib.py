@@ -1,5 +1,6 @@
 """Helpers for the multi-process serving tests: start real dq-router / dq-prefill / dq-decode
 processes on loopback, talk to the router over HTTP (stdlib only), read its metrics."""
+import glob
 import http.client
 import json
 import os
@@ -307,6 +308,21 @@ def worker_gauge(port, metric, role, headers=None):
         if k.startswith(metric + "{") and f'role="{role}"' in k:
             total += v
     return total
+
+
+def run_main(main, log_tails=False):
+    """Runs a test's main(): an exception becomes one failure (with `log_tails`, the last lines
+    of every worker log of the deployments it started), then the summary and exit code."""
+    try:
+        main()
+    except Exception as e:  # noqa: BLE001 - report, then fail the test
+        fail(f"{type(e).__name__}: {e}")
+        if log_tails:
+            for log in sorted(glob.glob(os.path.join(tempfile.gettempdir(), "dq-serve-*",
+                                                     "*.log"))):
+                with open(log, errors="replace") as f:
+                    print(f"--- {log} (tail)\n" + "".join(f.readlines()[-8:]))
+        finish()
 
 
 def wait_until(pred, timeout, step=0.1):

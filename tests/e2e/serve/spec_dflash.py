@@ -24,7 +24,8 @@ import tempfile
 import threading
 
 import spec_self
-from serve_lib import (BIN, SRC, TINY, Deployment, Up, chat, check, fail, finish, generate_cli)
+from serve_lib import (BIN, SRC, TINY, Deployment, Up, chat, check, finish, generate_cli,
+                       run_main)
 from spec_self import run_prompts
 
 PROMPTS = [("Say hi to everyone in the room please.", 24), ("What is two plus two?", 16)]
@@ -159,8 +160,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Exception as e:  # noqa: BLE001 - report, then fail the test
-        fail(f"{type(e).__name__}: {e}")
-        finish()
+    run_main(main)
