@@ -106,7 +106,12 @@ grpc::Status ActiveRequest::StreamDecode(const DeltaCallback& on_delta, OutputAs
   std::unique_ptr<grpc::ClientReaderInterface<v1::DecodeResponse>> reader =
       decode_->decode()->Decode(&ctx, request);
   v1::DecodeResponse response;
-  while (reader->Read(&response)) {
+  bool worker_ended = false;
+  for (;;) {
+    if (!reader->Read(&response)) {
+      worker_ended = true;
+      break;
+    }
     lease_.TakenByWorker();  // it commits before its first response
     Delta delta;
     const bool done = ConsumeResponse(response, out, st, &delta);
@@ -117,8 +122,11 @@ grpc::Status ActiveRequest::StreamDecode(const DeltaCallback& on_delta, OutputAs
     if (done) break;
   }
   // Whatever ended the loop early (or a stream the router refused), the worker must stop and free
-  // the request's blocks.
-  if (!st.finished || st.finish_reason == v1::FINISH_REASON_ERROR) ctx.TryCancel();
+  // the request's blocks. Not after the worker ended the stream itself: a cancel then can replace
+  // the worker's status with a local CANCELLED, which reads as a worker that went away.
+  if (!worker_ended && (!st.finished || st.finish_reason == v1::FINISH_REASON_ERROR)) {
+    ctx.TryCancel();
+  }
   const grpc::Status status = reader->Finish();
   control_->ClearCall();
   return status;
@@ -267,13 +275,13 @@ GenerationResult ActiveRequest::Conclude(StreamState& st, const grpc::Status& st
                address, status.ok() ? std::string("(status OK)") : status.error_message());
   grpc::Status s = PastDeadline(status, deadline_);
   if (s.ok()) s = grpc::Status(grpc::StatusCode::INTERNAL, "the stream ended without finishing");
-  if (s.error_code() == grpc::StatusCode::CANCELLED) {
-    // Nobody on this side cancelled it: the worker's end went away (a crash resets the stream).
-    s = grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                     absl::StrCat("the worker closed the stream (", s.error_message(), ")"));
-  }
+  // A failed connection marks the worker down. A CANCELLED nobody here asked for may be a worker
+  // that died (a crash can reset the stream) or one that ended this one call: a probe tells
+  // which, so one request's odd ending never takes a healthy worker out of service.
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
     pipeline_->registry_.MarkDown(WorkerRole::kDecode, address, s.error_message());
+  } else if (s.error_code() == grpc::StatusCode::CANCELLED) {
+    pipeline_->registry_.Recheck(WorkerRole::kDecode, address);
   }
   return fail(OutcomeOf(s, false),
               WorkerCallError(absl::StrCat("decode worker ", address, " failed mid-stream"), s));

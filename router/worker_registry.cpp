@@ -379,6 +379,13 @@ void WorkerRegistry::MarkDown(WorkerRole role, const std::string& address,
   }
 }
 
+void WorkerRegistry::Recheck(WorkerRole role, const std::string& address) {
+  const auto& workers = WorkersOf(role);  // fixed at construction; only statuses change
+  for (size_t i = 0; i < workers.size(); ++i) {
+    if (workers[i]->status.address == address) ProbeWorker(role, i);
+  }
+}
+
 bool WorkerRegistry::IsLivePrefixCache(std::string_view address) const {
   std::lock_guard lock(mu_);
   for (const auto& w : decode_) {

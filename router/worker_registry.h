@@ -142,6 +142,10 @@ class WorkerRegistry {
   // A request's call to the worker failed as unreachable: route around it until the health
   // thread sees it again.
   void MarkDown(WorkerRole role, const std::string& address, const std::string& reason);
+  // A request's call ended in a way that may or may not mean the worker died (a CANCELLED the
+  // router did not ask for): probe it now, so a dead worker is routed around at once and a live
+  // one stays in service. Blocks for at most one health probe.
+  void Recheck(WorkerRole role, const std::string& address);
 
   // Results of Handshake / Health calls (public so tests can drive the state machine without a
   // network). `expected` is the layout the handshake was asked to check against.

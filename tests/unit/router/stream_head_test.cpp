@@ -50,6 +50,8 @@ class FakeDecode final : public v1::DecodeWorker::Service {
  public:
   std::vector<int32_t> head;
   bool fail_before_response = false;
+  grpc::Status fail = grpc::Status(grpc::StatusCode::INTERNAL, "engine failed");
+  std::atomic<bool> healthy{true};  // what Health answers
   std::atomic<int> decode_calls{0};
   std::mutex mu;
   std::vector<std::string> released;  // lease ids (or "request:<id>") the router released
@@ -64,13 +66,19 @@ class FakeDecode final : public v1::DecodeWorker::Service {
   grpc::Status Decode(grpc::ServerContext*, const v1::DecodeRequest* r,
                       grpc::ServerWriter<v1::DecodeResponse>* w) override {
     ++decode_calls;
-    if (fail_before_response) return grpc::Status(grpc::StatusCode::INTERNAL, "engine failed");
+    if (fail_before_response) return fail;
     v1::DecodeResponse resp;
     resp.set_request_id(r->request_id());
     for (int32_t t : head) resp.add_token_ids(t);
     resp.set_finished(true);
     resp.set_finish_reason(v1::FINISH_REASON_LENGTH);
     w->Write(resp);
+    return grpc::Status::OK;
+  }
+  grpc::Status Health(grpc::ServerContext*, const v1::WorkerHealthRequest*,
+                      v1::WorkerHealthResponse* out) override {
+    if (!healthy) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "not serving");
+    out->set_status(v1::SERVING_STATUS_SERVING);
     return grpc::Status::OK;
   }
   grpc::Status Release(grpc::ServerContext*, const v1::ReleaseRequest* r,
@@ -215,6 +223,41 @@ TEST_F(StreamHeadTest, ALeaseTheWorkerTookIsNotReleasedByTheRouter) {
   EXPECT_FALSE(r.error.has_value()) << r.error->message;
   EXPECT_EQ(decode_.decode_calls.load(), 1);
   EXPECT_TRUE(Released(decode_).empty());
+}
+
+// The worker's own status reaches the client, every time: the router does not cancel a stream the
+// worker already ended (a late cancel can replace the worker's status with a local CANCELLED).
+TEST_F(StreamHeadTest, TheDecodeWorkersOwnStatusIsWhatTheClientIsTold) {
+  decode_.fail_before_response = true;
+  decode_.fail =
+      grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "KV for lease lease-1 is gone");
+  for (int i = 0; i < 20; ++i) {
+    std::vector<int32_t> tokens;
+    const GenerationResult r = Run(&tokens);
+    ASSERT_TRUE(r.error.has_value());
+    EXPECT_NE(r.error->message.find("KV for lease lease-1 is gone"), std::string::npos)
+        << r.error->message;
+  }
+  EXPECT_TRUE(registry_->Pick(WorkerRole::kDecode).ok());
+}
+
+// A decode stream the worker cancels is a 502; the worker is probed at once and stays in service
+// while it answers its health check, and is routed around when it does not.
+TEST_F(StreamHeadTest, ACancelledDecodeStreamMarksTheWorkerDownOnlyIfItsProbeFails) {
+  decode_.fail_before_response = true;
+  decode_.fail = grpc::Status(grpc::StatusCode::CANCELLED, "the decode stream broke");
+  std::vector<int32_t> tokens;
+  GenerationResult r = Run(&tokens);
+  ASSERT_TRUE(r.error.has_value());
+  EXPECT_EQ(r.error->http_status, 502);
+  EXPECT_EQ(r.error->code, "worker_cancelled");
+  EXPECT_TRUE(registry_->Pick(WorkerRole::kDecode).ok());
+
+  decode_.healthy = false;
+  r = Run(&tokens);
+  ASSERT_TRUE(r.error.has_value());
+  EXPECT_EQ(r.error->http_status, 502);
+  EXPECT_FALSE(registry_->Pick(WorkerRole::kDecode).ok());
 }
 
 // A worker that ends the call itself is the server's failure: 5xx server_error, which clients
