@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
+#include "worker_common/lease_parts.h"
 #include "worker_common/proto_convert.h"
 #include "worker_common/worker_identity.h"
 #include "worker_common/worker_status.h"
@@ -71,6 +72,11 @@ grpc::Status DecodeService::Reserve(grpc::ServerContext* context, const v1::Rese
     (void)p_.leases->Release(lease->lease_id);
     return ToGrpc(endpoint.status());
   }
+  v1::StatePart* target = out->add_parts();
+  target->set_role(v1::STATE_PART_ROLE_TARGET);
+  target->set_kind(v1::STATE_PART_KIND_PAGED_KV);
+  target->set_required(true);
+  *target->mutable_endpoint() = std::move(*endpoint);
   if (p_.drafter_regions != nullptr) {
     // The drafter's layers beside the target's; the free hook releases them with the lease.
     auto drafter = p_.drafter_regions->Register(lease->lease_id, static_cast<int>(r->num_tokens()));
@@ -78,7 +84,7 @@ grpc::Status DecodeService::Reserve(grpc::ServerContext* context, const v1::Rese
       (void)p_.leases->Release(lease->lease_id);
       return ToGrpc(drafter.status());
     }
-    *out->mutable_drafter() = std::move(*drafter);
+    *out->add_parts() = std::move(*drafter);
   }
   // A ttl shorter than registration can end the lease before its regions were recorded, so the
   // free hook missed them; never hand out regions over blocks the pool may reuse.
@@ -98,14 +104,13 @@ grpc::Status DecodeService::Reserve(grpc::ServerContext* context, const v1::Rese
   out->set_lease_id(lease->lease_id);
   out->set_request_id(lease->request_id);
   for (const BlockRun& run : lease->runs) {
-    v1::BlockRun* b = out->add_blocks();
+    v1::BlockRun* b = target->add_blocks();
     b->set_start_block(run.start);
     b->set_count(run.count);
   }
-  *out->mutable_endpoint() = std::move(*endpoint);
   out->set_ttl_ms(static_cast<uint32_t>(ttl->count()));
-  out->set_cached_tokens(static_cast<uint32_t>(lease->cached_tokens));
-  *out->mutable_kv_layout() = worker::KvLayoutOf(*p_.model);
+  target->set_cached_tokens(static_cast<uint32_t>(lease->cached_tokens));
+  *target->mutable_kv_layout() = worker::KvLayoutOf(*p_.model);
   spdlog::debug("dq-decode: {} reserved {} for {} tokens ({} blocks in {} runs, {} tokens cached)",
                 r->request_id(), lease->lease_id, tokens, lease->blocks.size(), lease->runs.size(),
                 lease->cached_tokens);
@@ -145,12 +150,12 @@ absl::StatusOr<DecodeJob> DecodeService::JobOf(const v1::DecodeRequest& r) const
   job.prompt.assign(r.prompt_token_ids().begin(), r.prompt_token_ids().end());
   job.speculate = !r.no_speculation();
   if (p_.drafter_regions != nullptr && job.speculate) {
-    if (commit.drafter_kv()) {
+    if (worker::PartWritten(commit, v1::STATE_PART_ROLE_DRAFTER)) {
       job.drafter_kv = p_.drafter_regions->Take(job.lease_id);
     } else {
+      const std::string why = worker::PartSkipped(commit, v1::STATE_PART_ROLE_DRAFTER);
       spdlog::info("dq-decode: {}: computing the drafter's prompt KV here: {}", r.request_id(),
-                   commit.drafter_kv_skipped().empty() ? "the prefill worker sent none"
-                                                       : commit.drafter_kv_skipped());
+                   why.empty() ? "the prefill worker sent none" : why);
     }
   }
   job.logprobs = r.sampling().logprobs();

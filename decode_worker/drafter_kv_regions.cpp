@@ -15,8 +15,8 @@ DrafterKvRegions::~DrafterKvRegions() {
   by_lease_.clear();
 }
 
-absl::StatusOr<v1::DrafterKvLease> DrafterKvRegions::Register(const std::string& lease_id,
-                                                              int prompt_tokens) {
+absl::StatusOr<v1::StatePart> DrafterKvRegions::Register(const std::string& lease_id,
+                                                         int prompt_tokens) {
   const KvTensorLayout& cache = staging_.geometry();
   const int blocks = (prompt_tokens + cache.block_size - 1) / cache.block_size;
   // Numbered 0..blocks-1 in the buffer: the drafter's blocks are taken only at Land.
@@ -32,7 +32,10 @@ absl::StatusOr<v1::DrafterKvLease> DrafterKvRegions::Register(const std::string&
   entry.kv = std::make_shared<ShippedDrafterKv>();
   entry.kv->buffer = std::move(*buffer);
   entry.kv->prompt_blocks = blocks;
-  v1::DrafterKvLease out;
+  v1::StatePart out;
+  out.set_role(v1::STATE_PART_ROLE_DRAFTER);
+  out.set_kind(v1::STATE_PART_KIND_PAGED_KV);
+  out.set_required(false);  // a prefill worker without this drafter leaves it to this worker
   *out.mutable_kv_layout() = layout_;
   out.set_fingerprint(fingerprint_);
   v1::BlockRun* run = out.add_blocks();

@@ -1,9 +1,9 @@
 // The self drafter's prompt KV on its way from a prefill worker (docs/speculative.md,
 // "Disaggregation"). Each lease gets a staging buffer of its own for the drafter's layers,
 // registered per layer and tensor like the target's regions (lease_regions.h) and declared in
-// the lease as KvLease.drafter (layout, weight fingerprint, blocks, endpoint). The drafter's own
-// pool belongs to the engine thread (SelfDrafter is not thread-safe), so its blocks are taken
-// only when the sequence starts drafting: Land then copies the buffer into them.
+// the lease as its drafter part (KvLease.parts: layout, weight fingerprint, blocks, endpoint). The
+// drafter's own pool belongs to the engine thread (SelfDrafter is not thread-safe), so its blocks
+// are taken only when the sequence starts drafting: Land then copies the buffer into them.
 #pragma once
 
 #include <map>
@@ -43,8 +43,7 @@ class DrafterKvRegions {
 
   // Registers a buffer for the drafter KV of `prompt_tokens` tokens of lease `lease_id` and
   // returns the lease's drafter part. On error nothing stays registered.
-  absl::StatusOr<dqserve::v1::DrafterKvLease> Register(const std::string& lease_id,
-                                                       int prompt_tokens);
+  absl::StatusOr<dqserve::v1::StatePart> Register(const std::string& lease_id, int prompt_tokens);
   // The lease's buffer, once the prefill worker committed (null when it has none). Its regions
   // stay registered until Release.
   std::shared_ptr<ShippedDrafterKv> Take(const std::string& lease_id);

@@ -108,38 +108,34 @@ absl::Status DrafterPrefill::Forward(std::span<const DrafterChunk> chunks) {
   return runner_->Forward(batch, &logits, hooks);
 }
 
-std::string DrafterPrefill::Mismatch(const v1::DrafterKvLease& lease) const {
+std::string DrafterPrefill::Mismatch(const v1::StatePart& part) const {
   std::vector<std::string> why;
-  const std::string layout = worker::KvLayoutMismatch(lease.kv_layout(), layout_);
+  const std::string layout = worker::KvLayoutMismatch(part.kv_layout(), layout_);
   if (!layout.empty()) why.push_back(absl::StrCat("the drafter's KV layout differs: ", layout));
-  if (lease.fingerprint() != fingerprint_) {
-    why.push_back(absl::StrCat("the decode worker drafts with weights ", lease.fingerprint(),
+  if (part.fingerprint() != fingerprint_) {
+    why.push_back(absl::StrCat("the decode worker drafts with weights ", part.fingerprint(),
                                ", this prefill worker's drafter is ", fingerprint_,
                                "; give both workers the same --speculative, "
                                "--draft-format/--draft-group-size (or --draft-weights) and "
                                "--model"));
   }
-  if (senders_->Find(lease.endpoint().transport()) == nullptr) {
+  if (senders_->Find(part.endpoint().transport()) == nullptr) {
     why.push_back(absl::StrCat("the drafter's regions want KV transport '",
-                               lease.endpoint().transport(), "', this worker has ",
+                               part.endpoint().transport(), "', this worker has ",
                                absl::StrJoin(senders_->kinds(), ", ")));
   }
   return absl::StrJoin(why, "; ");
 }
 
-absl::StatusOr<std::unique_ptr<LeaseWriter>> DrafterPrefill::Writer(const v1::KvLease& lease,
+absl::StatusOr<std::unique_ptr<LeaseWriter>> DrafterPrefill::Writer(const std::string& lease_id,
+                                                                    const v1::StatePart& part,
                                                                     int num_tokens,
                                                                     int io_timeout_ms) {
-  // The drafter's part as a lease of its own: its blocks, its regions.
-  v1::KvLease part;
-  part.set_lease_id(absl::StrCat(lease.lease_id(), " (drafter)"));
-  part.set_request_id(lease.request_id());
-  *part.mutable_blocks() = lease.drafter().blocks();
-  *part.mutable_endpoint() = lease.drafter().endpoint();
-  *part.mutable_kv_layout() = lease.drafter().kv_layout();
   KvSender* sender = senders_->Find(part.endpoint().transport());
-  if (sender == nullptr) return absl::FailedPreconditionError(Mismatch(lease.drafter()));
-  DQ_ASSIGN_OR_RETURN(LeasePlan plan, LeasePlan::Create(part, num_tokens, sender->geometry));
+  if (sender == nullptr) return absl::FailedPreconditionError(Mismatch(part));
+  DQ_ASSIGN_OR_RETURN(LeasePlan plan,
+                      LeasePlan::Create(absl::StrCat("lease ", lease_id, " (drafter)"), part,
+                                        num_tokens, sender->geometry));
   return LeaseWriter::Create(*sender, std::move(plan), part, io_timeout_ms);
 }
 

@@ -1,8 +1,8 @@
 // The drafter on the prefill worker (docs/speculative.md, "Disaggregation"): the same drafter
 // the decode worker drafts with, with its own KV pool, stager and transports, so that the
 // prompt's drafter KV is computed here and written into the lease's drafter part
-// (KvLease.drafter) beside the target's, with the same lifecycle. The decode worker then needs
-// no drafter prefill of its own. Two kinds:
+// (KvLease.parts, STATE_PART_ROLE_DRAFTER) beside the target's, with the same lifecycle. The decode
+// worker then needs no drafter prefill of its own. Two kinds:
 //   self:   the model on cheaper weights, its own runner; its prompt KV is its prefill pass over
 //           the same chunks;
 //   dflash: a DFlash drafter (CPU); its prompt "KV" is the context K/V of its layers, projected
@@ -57,11 +57,12 @@ class DrafterPrefill {
                                                                 const DrafterPrefillOptions& o);
   ~DrafterPrefill();
 
-  // Empty when this drafter can fill `lease`'s drafter part; else why not, with both values
+  // Empty when this drafter can fill a lease's drafter `part`; else why not, with both values
   // (layout fields, weight fingerprints, transport) and what to change.
-  std::string Mismatch(const dqserve::v1::DrafterKvLease& lease) const;
-  // A writer for `lease`'s drafter part (Mismatch is empty): prepares its regions.
-  absl::StatusOr<std::unique_ptr<LeaseWriter>> Writer(const dqserve::v1::KvLease& lease,
+  std::string Mismatch(const dqserve::v1::StatePart& part) const;
+  // A writer for lease `lease_id`'s drafter `part` (Mismatch is empty): prepares its regions.
+  absl::StatusOr<std::unique_ptr<LeaseWriter>> Writer(const std::string& lease_id,
+                                                      const dqserve::v1::StatePart& part,
                                                       int num_tokens, int io_timeout_ms);
 
   // The pool the jobs' drafter blocks come from.

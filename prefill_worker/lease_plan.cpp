@@ -11,14 +11,13 @@ std::string TensorName(v1::KvTensor t) { return t == v1::KV_TENSOR_KEY ? "K" : "
 
 }  // namespace
 
-absl::StatusOr<LeasePlan> LeasePlan::Create(const v1::KvLease& lease, int num_tokens,
-                                            const KvTensorLayout& local) {
+absl::StatusOr<LeasePlan> LeasePlan::Create(const std::string& name, const v1::StatePart& part,
+                                            int num_tokens, const KvTensorLayout& local) {
   LeasePlan plan;
   plan.local_ = local;
-  for (const v1::BlockRun& run : lease.blocks()) {
+  for (const v1::BlockRun& run : part.blocks()) {
     if (run.count() == 0) {
-      return absl::InvalidArgumentError(absl::StrCat("lease ", lease.lease_id(),
-                                                     " has an empty block run at block ",
+      return absl::InvalidArgumentError(absl::StrCat(name, " has an empty block run at block ",
                                                      run.start_block(), "; runs need count >= 1"));
     }
     for (uint32_t i = 0; i < run.count(); ++i) {
@@ -27,28 +26,28 @@ absl::StatusOr<LeasePlan> LeasePlan::Create(const v1::KvLease& lease, int num_to
   }
   const int needed = (num_tokens + local.block_size - 1) / local.block_size;
   if (static_cast<int>(plan.remote_blocks_.size()) < needed) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "lease ", lease.lease_id(), " holds ", plan.remote_blocks_.size(), " blocks but the ",
-        num_tokens, "-token prompt needs ", needed, " (block size ", local.block_size,
-        "); reserve the lease for the whole prompt"));
-  }
-  if (lease.cached_tokens() % local.block_size != 0 ||
-      lease.cached_tokens() >= static_cast<uint32_t>(std::max(num_tokens, 1))) {
     return absl::InvalidArgumentError(
-        absl::StrCat("lease ", lease.lease_id(), " says ", lease.cached_tokens(), " of the ",
-                     num_tokens, " prompt tokens are cached; that must be whole blocks of ",
-                     local.block_size, " before the prompt's last token"));
+        absl::StrCat(name, " holds ", plan.remote_blocks_.size(), " blocks but the ", num_tokens,
+                     "-token prompt needs ", needed, " (block size ", local.block_size,
+                     "); reserve the lease for the whole prompt"));
   }
-  plan.first_shipped_ = static_cast<int>(lease.cached_tokens()) / local.block_size;
-  for (const v1::KvRemoteRegion& r : lease.endpoint().regions()) {
+  if (part.cached_tokens() % local.block_size != 0 ||
+      part.cached_tokens() >= static_cast<uint32_t>(std::max(num_tokens, 1))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " says ", part.cached_tokens(), " of the ", num_tokens,
+                     " prompt tokens are cached; that must be whole blocks of ", local.block_size,
+                     " before the prompt's last token"));
+  }
+  plan.first_shipped_ = static_cast<int>(part.cached_tokens()) / local.block_size;
+  for (const v1::KvRemoteRegion& r : part.endpoint().regions()) {
     if (r.tensor() != v1::KV_TENSOR_KEY && r.tensor() != v1::KV_TENSOR_VALUE) {
       return absl::InvalidArgumentError(
-          absl::StrCat("lease ", lease.lease_id(), " has a region without a tensor (K or V)"));
+          absl::StrCat(name, " has a region without a tensor (K or V)"));
     }
     if (r.block_bytes() != local.block_bytes) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "lease ", lease.lease_id(), " region has block_bytes ", r.block_bytes(),
-          " but this worker's blocks are ", local.block_bytes, " bytes; the KV layouts differ"));
+          name, " region has block_bytes ", r.block_bytes(), " but this worker's blocks are ",
+          local.block_bytes, " bytes; the KV layouts differ"));
     }
     int64_t blocks = r.num_blocks();
     if (blocks == 0 && r.block_bytes() > 0) blocks = r.layer_stride_bytes() / r.block_bytes();
@@ -71,9 +70,9 @@ absl::StatusOr<LeasePlan> LeasePlan::Create(const v1::KvLease& lease, int num_to
     for (int layer = 0; layer < local.num_layers; ++layer) {
       for (int i = plan.first_shipped_; i < needed; ++i) {
         if (plan.Find(t, layer, plan.remote_blocks_[i]) < 0) {
-          return absl::InvalidArgumentError(absl::StrCat("lease ", lease.lease_id(), " has no ",
-                                                         TensorName(t), " region for layer ", layer,
-                                                         " block ", plan.remote_blocks_[i]));
+          return absl::InvalidArgumentError(absl::StrCat(name, " has no ", TensorName(t),
+                                                         " region for layer ", layer, " block ",
+                                                         plan.remote_blocks_[i]));
         }
       }
     }

@@ -1,5 +1,6 @@
-// Where each KV block of a prompt goes in a decode worker's lease: the lease's block runs in
-// token order, and the per-(tensor, layer, block run) regions the decode worker registered.
+// Where each KV block of a prompt goes in one part of a decode worker's lease (worker.proto
+// StatePart: the target's KV or a drafter's): the part's block runs in token order, and the
+// per-(tensor, layer, block run) regions the decode worker registered.
 // Turns "layer l, prompt blocks [i, j)" into a few CopyOps per remote region, merging
 // consecutive blocks, so one layer of a chunk is a handful of Posts rather than one per block.
 #pragma once
@@ -18,21 +19,22 @@ namespace dq::prefill {
 
 // All copies of one tensor's blocks of one layer that land in one remote region: one Post.
 struct RegionCopies {
-  int region = 0;  // index into the lease's endpoint.regions
+  int region = 0;  // index into the part's endpoint.regions
   std::vector<kvtransfer::CopyOp> copies;
 };
 
 class LeasePlan {
  public:
-  // Checks that the lease can hold `num_tokens` tokens of this layout (every block of every layer
-  // of both tensors is covered by a region with our block size) and indexes it. Errors:
-  // InvalidArgument naming what is wrong with the lease.
-  static absl::StatusOr<LeasePlan> Create(const dqserve::v1::KvLease& lease, int num_tokens,
+  // Checks that the part can hold `num_tokens` tokens of this layout (every block of every layer
+  // of both tensors is covered by a region with our block size) and indexes it. `name` names the
+  // part in errors ("lease 7", "lease 7 (drafter)"). Errors: InvalidArgument naming what is wrong.
+  static absl::StatusOr<LeasePlan> Create(const std::string& name,
+                                          const dqserve::v1::StatePart& part, int num_tokens,
                                           const KvTensorLayout& local);
 
   // The remote block id that holds prompt block `index` (token t is in block t / block_size).
   int32_t remote_block(int index) const { return remote_blocks_[index]; }
-  // Prompt blocks before this one are cached on the decode worker (KvLease.cached_tokens):
+  // Prompt blocks before this one are cached on the decode worker (StatePart.cached_tokens):
   // nothing ships for them.
   int first_shipped_block() const { return first_shipped_; }
   int num_regions() const { return static_cast<int>(regions_.size()); }

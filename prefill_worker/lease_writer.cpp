@@ -6,11 +6,11 @@ namespace dq::prefill {
 namespace v1 = dqserve::v1;
 
 absl::StatusOr<std::unique_ptr<LeaseWriter>> LeaseWriter::Create(KvSender& sender, LeasePlan plan,
-                                                                 const v1::KvLease& lease,
+                                                                 const v1::StatePart& part,
                                                                  int io_timeout_ms) {
   std::unique_ptr<LeaseWriter> w(
-      new LeaseWriter(sender, std::move(plan), lease.endpoint().address(), io_timeout_ms));
-  for (const v1::KvRemoteRegion& r : lease.endpoint().regions()) {
+      new LeaseWriter(sender, std::move(plan), part.endpoint().address(), io_timeout_ms));
+  for (const v1::KvRemoteRegion& r : part.endpoint().regions()) {
     auto id = sender.transport->Prepare(r.region_descriptor());
     if (!id.ok()) {
       const absl::StatusCode code = absl::IsInvalidArgument(id.status())

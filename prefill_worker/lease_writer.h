@@ -1,4 +1,5 @@
-// Writes one request's KV into its decode lease: prepares the lease's remote regions, posts a
+// Writes one request's KV into one part of its decode lease (the target's or a drafter's):
+// prepares the part's remote regions, posts a
 // layer's blocks as soon as the forward pass has written them (from the per-layer hook, without
 // waiting), and waits for every posted transfer afterwards. The first failure sticks: later
 // posts are skipped and Finish reports it.
@@ -19,10 +20,10 @@ namespace dq::prefill {
 
 class LeaseWriter {
  public:
-  // Prepares every region of the lease on `sender`'s transport (connecting to the decode worker).
+  // Prepares every region of the part on `sender`'s transport (connecting to the decode worker).
   // Errors: Unavailable (peer unreachable), InvalidArgument (malformed descriptor).
   static absl::StatusOr<std::unique_ptr<LeaseWriter>> Create(KvSender& sender, LeasePlan plan,
-                                                             const dqserve::v1::KvLease& lease,
+                                                             const dqserve::v1::StatePart& part,
                                                              int io_timeout_ms);
   // Forgets the prepared regions. Precondition: Wait() was called after the last Post.
   ~LeaseWriter();
@@ -58,7 +59,7 @@ class LeaseWriter {
   const LeasePlan plan_;
   const std::string peer_;  // the decode worker's transport address, for errors
   const int io_timeout_ms_;
-  std::vector<kvtransfer::RemoteRegionId> remotes_;  // by lease region index
+  std::vector<kvtransfer::RemoteRegionId> remotes_;  // by the part's region index
   std::vector<kvtransfer::TransferId> pending_;
   absl::Status error_;
   uint64_t bytes_ = 0;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
+#include "worker_common/lease_parts.h"
 #include "worker_common/proto_convert.h"
 #include "worker_common/worker_identity.h"
 #include "worker_common/worker_status.h"
@@ -83,14 +84,16 @@ absl::Status PrefillService::CheckPrompt(const v1::PrefillRequest& request) cons
 }
 
 absl::Status PrefillService::CheckLease(const v1::KvLease& lease) const {
-  const std::string mismatch = worker::KvLayoutMismatch(lease.kv_layout(), identity().kv_layout());
+  DQ_RETURN_IF_ERROR(worker::CheckLeaseParts(lease));
+  const v1::StatePart& target = *worker::FindPart(lease, v1::STATE_PART_ROLE_TARGET);
+  const std::string mismatch = worker::KvLayoutMismatch(target.kv_layout(), identity().kv_layout());
   if (!mismatch.empty()) {
     return absl::FailedPreconditionError(
         absl::StrCat("lease ", lease.lease_id(), " is for another KV layout: ", mismatch));
   }
-  if (senders_.Find(lease.endpoint().transport()) == nullptr) {
+  if (senders_.Find(target.endpoint().transport()) == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "lease ", lease.lease_id(), " wants KV transport '", lease.endpoint().transport(),
+        "lease ", lease.lease_id(), " wants KV transport '", target.endpoint().transport(),
         "' but this prefill worker supports only: ", absl::StrJoin(senders_.kinds(), ", ")));
   }
   return absl::OkStatus();
@@ -117,34 +120,41 @@ absl::StatusOr<std::shared_ptr<PrefillJob>> PrefillService::MakeJob(
   if (job->deadline && *job->deadline <= PrefillJob::Clock::now()) {
     return absl::DeadlineExceededError("the request's deadline passed before prefill started");
   }
-  // CheckLease found the sender; its sources' layout gives the local offsets.
-  KvSender* sender = senders_.Find(request.lease().endpoint().transport());
-  // The lease's regions do not fit this prompt, or its endpoint cannot be reached.
-  absl::StatusOr<LeasePlan> plan = LeasePlan::Create(request.lease(), n, sender->geometry);
+  // CheckLease found the target part and its sender; the sender's sources' layout gives the
+  // local offsets.
+  const v1::KvLease& lease = request.lease();
+  const v1::StatePart& target = *worker::FindPart(lease, v1::STATE_PART_ROLE_TARGET);
+  KvSender* sender = senders_.Find(target.endpoint().transport());
+  // The part's regions do not fit this prompt, or its endpoint cannot be reached.
+  absl::StatusOr<LeasePlan> plan =
+      LeasePlan::Create(absl::StrCat("lease ", lease.lease_id()), target, n, sender->geometry);
   if (!plan.ok()) {
     return worker::WithFailureReason(plan.status(), v1::FAILURE_REASON_KV_TRANSFER);
   }
   absl::StatusOr<std::unique_ptr<LeaseWriter>> writer =
-      LeaseWriter::Create(*sender, std::move(*plan), request.lease(), options_.io_timeout_ms);
+      LeaseWriter::Create(*sender, std::move(*plan), target, options_.io_timeout_ms);
   if (!writer.ok()) {
     return worker::WithFailureReason(writer.status(), v1::FAILURE_REASON_KV_TRANSFER);
   }
   job->writer = std::move(*writer);
-  if (request.lease().has_drafter()) PrepareDrafter(request.lease(), *job);
+  if (const v1::StatePart* drafter = worker::FindPart(lease, v1::STATE_PART_ROLE_DRAFTER)) {
+    PrepareDrafter(lease.lease_id(), *drafter, *job);
+  }
   return job;
 }
 
-void PrefillService::PrepareDrafter(const v1::KvLease& lease, PrefillJob& job) {
+void PrefillService::PrepareDrafter(const std::string& lease_id, const v1::StatePart& part,
+                                    PrefillJob& job) {
   std::string why;
   if (options_.drafter == nullptr) {
     why =
         "this prefill worker runs no drafter; start it with the decode worker's --draft-format "
         "(or --draft-weights) to ship the drafter's prompt KV";
   } else {
-    why = options_.drafter->Mismatch(lease.drafter());
+    why = options_.drafter->Mismatch(part);
   }
   if (why.empty()) {
-    auto writer = options_.drafter->Writer(lease, static_cast<int>(job.prompt.size()),
+    auto writer = options_.drafter->Writer(lease_id, part, static_cast<int>(job.prompt.size()),
                                            options_.io_timeout_ms);
     if (writer.ok()) {
       job.drafter_writer = std::move(*writer);
@@ -200,8 +210,13 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   commit->set_first_token(r.first_token);
   if (r.first_token_logprobs) *commit->mutable_first_token_logprobs() = *r.first_token_logprobs;
   commit->set_sampler_draws(r.sampler_draws);
-  commit->set_drafter_kv(r.drafter_kv);
-  commit->set_drafter_kv_skipped(r.drafter_skipped);
+  for (const v1::StatePart& part : request->lease().parts()) {
+    const bool drafter = part.role() == v1::STATE_PART_ROLE_DRAFTER;
+    worker::CommitPart(commit, part.role(),
+                       !drafter || r.drafter_kv    ? std::string()
+                       : r.drafter_skipped.empty() ? std::string("not written")
+                                                   : r.drafter_skipped);
+  }
   response->set_compute_ms(static_cast<float>(r.compute_ms));
   response->set_transfer_ms(static_cast<float>(r.transfer_ms));
   response->set_transfer_bytes(r.transfer_bytes);

@@ -48,7 +48,8 @@ class PrefillService final : public dqserve::v1::PrefillWorker::Service {
   absl::Status CheckLease(const dqserve::v1::KvLease& lease) const;
   // The job's drafter writer when the lease has a drafter part this worker can fill; else the
   // reason it cannot, in job.drafter_skipped (the request goes on without drafter KV).
-  void PrepareDrafter(const dqserve::v1::KvLease& lease, PrefillJob& job);
+  void PrepareDrafter(const std::string& lease_id, const dqserve::v1::StatePart& part,
+                      PrefillJob& job);
   // Blocks until the engine finished `job`, flagging it cancelled if the caller goes away.
   void AwaitJob(grpc::ServerContext& context, PrefillJob& job);
 

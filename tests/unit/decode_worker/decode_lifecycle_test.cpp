@@ -55,8 +55,13 @@ TEST_F(DecodeWorkerTest, ExpiredLeaseIsReclaimedAndItsDecodeFails) {
 TEST_F(DecodeWorkerTest, LeaseRegionsCoverThePromptBlocksOnly) {
   const auto prompt = Prompt("0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20");
   ASSERT_GT(prompt.size(), 16u);
-  auto lease = Reserve("regions", prompt.size(), 100);
-  ASSERT_TRUE(lease.ok()) << lease.status();
+  auto reserved = Reserve("regions", prompt.size(), 100);
+  ASSERT_TRUE(reserved.ok()) << reserved.status();
+  // One part, the target's (this worker drafts with no self or DFlash drafter).
+  ASSERT_EQ(reserved->parts_size(), 1);
+  ASSERT_TRUE(worker::CheckLeaseParts(*reserved).ok()) << worker::CheckLeaseParts(*reserved);
+  const v1::StatePart* lease = &reserved->parts(0);
+  EXPECT_EQ(lease->role(), v1::STATE_PART_ROLE_TARGET);
   const int block_size = static_cast<int>(lease->kv_layout().block_size());
   const int prompt_blocks = (static_cast<int>(prompt.size()) + block_size - 1) / block_size;
   int leased = 0;
@@ -72,7 +77,7 @@ TEST_F(DecodeWorkerTest, LeaseRegionsCoverThePromptBlocksOnly) {
   EXPECT_EQ(covered, prompt_blocks);
   EXPECT_EQ(lease->endpoint().regions_size(), 2 * layers * lease->blocks_size());
   v1::ReleaseRequest rel;
-  rel.set_lease_id(lease->lease_id());
+  rel.set_lease_id(reserved->lease_id());
   rel.set_reason("test done");
   v1::ReleaseResponse out;
   grpc::ClientContext ctx;

@@ -20,6 +20,7 @@
 #include "kvtransfer/transport.h"
 #include "tests/unit/engine/tiny_model.h"
 #include "worker_common/kv_staging.h"
+#include "worker_common/lease_parts.h"
 #include "worker_common/proto_convert.h"
 
 namespace dq::decode::testing {
@@ -171,11 +172,12 @@ class DecodeWorkerTest : public ::testing::Test {
     auto keys = sender_->RegisterRegion(pool.keys_data(), pool.region_bytes());
     auto values = sender_->RegisterRegion(pool.values_data(), pool.region_bytes());
     ASSERT_TRUE(keys.ok() && values.ok());
-    std::vector<int32_t> dst;  // the lease's blocks in token order
-    for (const auto& run : lease.blocks()) {
+    const v1::StatePart& part = *worker::FindPart(lease, v1::STATE_PART_ROLE_TARGET);
+    std::vector<int32_t> dst;  // the part's blocks in token order
+    for (const auto& run : part.blocks()) {
       for (uint32_t i = 0; i < run.count(); ++i) dst.push_back(run.start_block() + i);
     }
-    for (const v1::KvRemoteRegion& r : lease.endpoint().regions()) {
+    for (const v1::KvRemoteRegion& r : part.endpoint().regions()) {
       auto remote = sender_->Prepare(r.region_descriptor());
       ASSERT_TRUE(remote.ok()) << remote.status();
       std::vector<kvtransfer::CopyOp> copies;

@@ -75,11 +75,16 @@ TEST(ProtoTest, KvLeaseAndCommitRoundTrip) {
   KvLease lease;
   lease.set_lease_id("lease-7");
   lease.set_request_id("req-1");
-  auto* run = lease.add_blocks();
+  lease.set_ttl_ms(5000);
+  StatePart* part = lease.add_parts();
+  part->set_role(STATE_PART_ROLE_TARGET);
+  part->set_kind(STATE_PART_KIND_PAGED_KV);
+  part->set_required(true);
+  part->set_cached_tokens(64);
+  auto* run = part->add_blocks();
   run->set_start_block(128);
   run->set_count(32);
-  lease.set_ttl_ms(5000);
-  auto* ep = lease.mutable_endpoint();
+  auto* ep = part->mutable_endpoint();
   ep->set_transport("tcp");
   ep->set_address("127.0.0.1:41234");
   auto* region = ep->add_regions();
@@ -88,7 +93,7 @@ TEST(ProtoTest, KvLeaseAndCommitRoundTrip) {
   region->set_layer_stride_bytes(uint64_t{1} << 33);  // > 4 GiB survives as uint64
   region->set_region_descriptor(
       std::string("DQKV\x01\x00\xff", 7));  // arbitrary bytes, NULs included
-  auto* layout = lease.mutable_kv_layout();
+  auto* layout = part->mutable_kv_layout();
   layout->set_architecture("Qwen3ForCausalLM");
   layout->set_num_layers(36);
   layout->set_num_kv_heads(8);
@@ -97,16 +102,27 @@ TEST(ProtoTest, KvLeaseAndCommitRoundTrip) {
   layout->set_block_size(16);
 
   KvLease out = RoundTrip(lease);
-  EXPECT_EQ(out.blocks(0).start_block(), 128u);
-  EXPECT_EQ(out.endpoint().regions(0).layer_stride_bytes(), uint64_t{1} << 33);
-  EXPECT_EQ(out.endpoint().regions(0).region_descriptor(), std::string("DQKV\x01\x00\xff", 7));
-  EXPECT_EQ(out.kv_layout().head_dim(), 128u);
+  ASSERT_EQ(out.parts_size(), 1);
+  const StatePart& got = out.parts(0);
+  EXPECT_EQ(got.role(), STATE_PART_ROLE_TARGET);
+  EXPECT_TRUE(got.required());
+  EXPECT_EQ(got.cached_tokens(), 64u);
+  EXPECT_EQ(got.blocks(0).start_block(), 128u);
+  EXPECT_EQ(got.endpoint().regions(0).layer_stride_bytes(), uint64_t{1} << 33);
+  EXPECT_EQ(got.endpoint().regions(0).region_descriptor(), std::string("DQKV\x01\x00\xff", 7));
+  EXPECT_EQ(got.kv_layout().head_dim(), 128u);
 
   DecodeRequest decode;
   decode.mutable_commit()->set_lease_id("lease-7");
   decode.mutable_commit()->set_num_tokens(500);
   decode.mutable_commit()->set_first_token(9707);
+  StatePartCommit* skipped = decode.mutable_commit()->add_parts();
+  skipped->set_role(STATE_PART_ROLE_DRAFTER);
+  skipped->set_skipped("no drafter");
   DecodeRequest decode_out = RoundTrip(decode);
+  EXPECT_EQ(decode_out.commit().parts(0).role(), STATE_PART_ROLE_DRAFTER);
+  EXPECT_FALSE(decode_out.commit().parts(0).written());
+  EXPECT_EQ(decode_out.commit().parts(0).skipped(), "no drafter");
   EXPECT_EQ(decode_out.commit().first_token(), 9707);
   EXPECT_EQ(decode_out.commit().num_tokens(), 500u);
 }

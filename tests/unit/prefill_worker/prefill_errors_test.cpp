@@ -37,7 +37,7 @@ class PrefillErrors : public ::testing::Test {
 
 TEST_F(PrefillErrors, LayoutMismatchIsRefusedNamingTheField) {
   v1::KvLease lease = decode_->Lease("x", {{0, 2}});
-  lease.mutable_kv_layout()->set_head_dim(64);
+  Target(lease).mutable_kv_layout()->set_head_dim(64);
   const grpc::Status s = Run(Request(Prompt(20), lease));
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(s.error_message().find("head_dim: expected 64, got 32"), std::string::npos)
@@ -71,7 +71,7 @@ TEST_F(PrefillErrors, LeaseTooSmallOrWithoutRegionsIsRefused) {
   EXPECT_NE(s.error_message().find("holds 2 blocks"), std::string::npos) << s.error_message();
 
   v1::KvLease lease = decode_->Lease("novalue", {{0, 2}});
-  auto* regions = lease.mutable_endpoint()->mutable_regions();
+  auto* regions = Target(lease).mutable_endpoint()->mutable_regions();
   regions->erase(regions->begin() + 1);  // layer 0's V region
   s = Run(Request(Prompt(20), lease));
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -79,10 +79,59 @@ TEST_F(PrefillErrors, LeaseTooSmallOrWithoutRegionsIsRefused) {
       << s.error_message();
 
   lease = decode_->Lease("ucx", {{0, 2}});
-  lease.mutable_endpoint()->set_transport("nccl");
+  Target(lease).mutable_endpoint()->set_transport("nccl");
   s = Run(Request(Prompt(20), lease));
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(s.error_message().find("supports only: tcp"), std::string::npos) << s.error_message();
+}
+
+// The lease's manifest is checked before any compute: one target part, which is required; at
+// most one part per role; only kinds this worker writes.
+TEST_F(PrefillErrors, MalformedLeasePartsAreRefusedNamingThePart) {
+  v1::KvLease lease = decode_->Lease("none", {{0, 2}});
+  lease.clear_parts();
+  grpc::Status s = Run(Request(Prompt(20), lease));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("0 target and 0 drafter parts"), std::string::npos)
+      << s.error_message();
+
+  lease = decode_->Lease("two", {{0, 2}});
+  *lease.add_parts() = lease.parts(0);
+  s = Run(Request(Prompt(20), lease));
+  EXPECT_NE(s.error_message().find("2 target"), std::string::npos) << s.error_message();
+
+  lease = decode_->Lease("optional", {{0, 2}});
+  Target(lease).set_required(false);
+  s = Run(Request(Prompt(20), lease));
+  EXPECT_NE(s.error_message().find("(target) must be required"), std::string::npos)
+      << s.error_message();
+
+  lease = decode_->Lease("kind", {{0, 2}});
+  Target(lease).set_kind(v1::STATE_PART_KIND_UNSPECIFIED);
+  s = Run(Request(Prompt(20), lease));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("STATE_PART_KIND_PAGED_KV parts only"), std::string::npos)
+      << s.error_message();
+}
+
+// A drafter part this worker cannot fill (it runs no drafter) is skipped, not refused: the
+// prompt is prefilled and the commit says, for that part, why it was not written.
+TEST_F(PrefillErrors, ADrafterPartWithoutADrafterIsSkippedWithTheReason) {
+  v1::KvLease lease = decode_->Lease("d", {{0, 2}});
+  v1::StatePart& drafter = *lease.add_parts();
+  drafter = lease.parts(0);
+  drafter.set_role(v1::STATE_PART_ROLE_DRAFTER);
+  drafter.set_required(false);
+  drafter.set_fingerprint("int4:0123");
+  v1::PrefillResponse resp;
+  const grpc::Status s = h_->Prefill(Request(Prompt(20), lease), &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(resp.commit().parts_size(), 2);
+  EXPECT_TRUE(worker::PartWritten(resp.commit(), v1::STATE_PART_ROLE_TARGET));
+  EXPECT_FALSE(worker::PartWritten(resp.commit(), v1::STATE_PART_ROLE_DRAFTER));
+  EXPECT_NE(worker::PartSkipped(resp.commit(), v1::STATE_PART_ROLE_DRAFTER).find("runs no drafter"),
+            std::string::npos)
+      << worker::PartSkipped(resp.commit(), v1::STATE_PART_ROLE_DRAFTER);
 }
 
 TEST_F(PrefillErrors, DeadReceiverFailsQuicklyWithUnavailable) {

@@ -18,6 +18,7 @@
 #include "prefill_worker/prefill_server.h"
 #include "tests/unit/engine/tiny_model.h"
 #include "worker_common/kv_staging.h"
+#include "worker_common/lease_parts.h"
 #include "worker_common/phase_model.h"
 #include "worker_common/worker_identity.h"
 
@@ -56,22 +57,26 @@ class DecodeSide {
   }
   ~DecodeSide() { Kill(); }
 
-  // A lease over `runs` ({start, count}), registered now.
+  // A lease over `runs` ({start, count}), registered now: its one (target) part.
   v1::KvLease Lease(const std::string& id, const std::vector<std::pair<int, int>>& runs) {
     v1::KvLease lease;
     lease.set_lease_id(id);
     lease.set_request_id("req-" + id);
     lease.set_ttl_ms(30000);
-    *lease.mutable_kv_layout() = layout_;
-    lease.mutable_endpoint()->set_transport(kind_);
-    lease.mutable_endpoint()->set_address(transport_->address());
+    v1::StatePart& part = *lease.add_parts();
+    part.set_role(v1::STATE_PART_ROLE_TARGET);
+    part.set_kind(v1::STATE_PART_KIND_PAGED_KV);
+    part.set_required(true);
+    *part.mutable_kv_layout() = layout_;
+    part.mutable_endpoint()->set_transport(kind_);
+    part.mutable_endpoint()->set_address(transport_->address());
     for (auto [start, count] : runs) {
-      v1::BlockRun* r = lease.add_blocks();
+      v1::BlockRun* r = part.add_blocks();
       r->set_start_block(start);
       r->set_count(count);
       for (int layer = 0; layer < pool_.options().num_layers; ++layer) {
-        AddRegion(lease, v1::KV_TENSOR_KEY, pool_.keys_data(), layer, start, count);
-        AddRegion(lease, v1::KV_TENSOR_VALUE, pool_.values_data(), layer, start, count);
+        AddRegion(part, v1::KV_TENSOR_KEY, pool_.keys_data(), layer, start, count);
+        AddRegion(part, v1::KV_TENSOR_VALUE, pool_.values_data(), layer, start, count);
       }
     }
     return lease;
@@ -93,13 +98,13 @@ class DecodeSide {
   bool ok() const { return transport_ != nullptr; }
 
  private:
-  void AddRegion(v1::KvLease& lease, v1::KvTensor tensor, float* base, int layer, int start,
+  void AddRegion(v1::StatePart& part, v1::KvTensor tensor, float* base, int layer, int start,
                  int count) {
     char* ptr = reinterpret_cast<char*>(base) + pool_.block_offset(layer, start);
     auto h = transport_->RegisterRegion(ptr, count * pool_.block_bytes());
     ASSERT_TRUE(h.ok()) << h.status();
     regions_.push_back(h->id);
-    v1::KvRemoteRegion* r = lease.mutable_endpoint()->add_regions();
+    v1::KvRemoteRegion* r = part.mutable_endpoint()->add_regions();
     r->set_tensor(tensor);
     r->set_first_layer(layer);
     r->set_num_layers(1);
@@ -117,10 +122,15 @@ class DecodeSide {
   std::vector<kvtransfer::RegionId> regions_;
 };
 
-// The lease's remote block ids in token order (token t is in block t / block_size).
+// The lease's target part, to edit in tests.
+inline v1::StatePart& Target(v1::KvLease& lease) {
+  return *worker::FindMutablePart(&lease, v1::STATE_PART_ROLE_TARGET);
+}
+
+// The lease's target remote block ids in token order (token t is in block t / block_size).
 inline std::vector<int32_t> LeaseBlocks(const v1::KvLease& lease) {
   std::vector<int32_t> out;
-  for (const v1::BlockRun& r : lease.blocks()) {
+  for (const v1::BlockRun& r : worker::FindPart(lease, v1::STATE_PART_ROLE_TARGET)->blocks()) {
     for (uint32_t i = 0; i < r.count(); ++i) out.push_back(r.start_block() + i);
   }
   return out;
