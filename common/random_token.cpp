@@ -10,11 +10,10 @@
 
 namespace dq {
 
-std::string RandomHex(int bytes) {
-  std::vector<uint8_t> raw(static_cast<size_t>(bytes));
+void RandomBytes(std::span<uint8_t> out) {
   size_t got = 0;
-  while (got < raw.size()) {
-    const ssize_t n = getrandom(raw.data() + got, raw.size() - got, 0);
+  while (got < out.size()) {
+    const ssize_t n = getrandom(out.data() + got, out.size() - got, 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       std::perror("getrandom");
@@ -22,6 +21,11 @@ std::string RandomHex(int bytes) {
     }
     got += static_cast<size_t>(n);
   }
+}
+
+std::string RandomHex(int bytes) {
+  std::vector<uint8_t> raw(static_cast<size_t>(bytes));
+  RandomBytes(raw);
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
   out.reserve(raw.size() * 2);

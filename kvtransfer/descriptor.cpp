@@ -7,7 +7,7 @@ namespace dq::kvtransfer {
 namespace {
 
 constexpr std::string_view kMagic = "DQKV";
-constexpr uint8_t kVersion = 1;
+constexpr uint8_t kVersion = 2;  // 2: the region key
 
 }  // namespace
 
@@ -35,6 +35,8 @@ std::string EncodeDescriptor(const RegionDescriptor& descriptor) {
   w.Str(descriptor.kind);
   w.U64(descriptor.region_id);
   w.U64(descriptor.bytes);
+  w.Bytes(std::string_view(reinterpret_cast<const char*>(descriptor.key.data()),
+                           descriptor.key.size()));
   w.Str(descriptor.payload);
   return w.Take();
 }
@@ -57,6 +59,8 @@ absl::StatusOr<RegionDescriptor> DecodeDescriptor(std::string_view encoded,
   d.kind = std::string(r.Str());
   d.region_id = r.U64();
   d.bytes = r.U64();
+  const std::string_view key = r.Bytes(d.key.size());
+  std::copy(key.begin(), key.end(), d.key.begin());
   d.payload = std::string(r.Str());
   if (!r.ok() || r.remaining() != 0) {
     return absl::InvalidArgumentError(

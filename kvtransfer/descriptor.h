@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "kvtransfer/transport.h"
 
 namespace dq::kvtransfer {
 
@@ -61,9 +62,10 @@ struct RegionDescriptor {
   uint64_t region_id = 0;
   uint64_t bytes = 0;
   std::string payload;
+  RegionKey key{};  // the region's write capability (transport.h)
 };
 
-// "DQKV" | u8 version (1) | str kind | u64 region_id | u64 bytes | str payload.
+// "DQKV" | u8 version (2) | str kind | u64 region_id | u64 bytes | 16 bytes key | str payload.
 std::string EncodeDescriptor(const RegionDescriptor& descriptor);
 // InvalidArgument when `encoded` is not a descriptor, or is one for another backend than
 // `expected_kind`.

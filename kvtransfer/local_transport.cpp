@@ -29,11 +29,12 @@ absl::StatusOr<RegionHandle> LocalTransport::RegisterRegion(void* ptr, uint64_t 
     return absl::InvalidArgumentError("RegisterRegion needs a non-null pointer and bytes > 0");
   }
   RegionHandle handle;
-  handle.id = ProcessRegions().Add(ptr, bytes);
+  const RegionTable::Registration r = ProcessRegions().Add(ptr, bytes);
+  handle.id = r.id;
   handle.bytes = bytes;
   ByteWriter payload;
   payload.U64(static_cast<uint64_t>(getpid()));
-  handle.descriptor = EncodeDescriptor({"local", handle.id, bytes, payload.Take()});
+  handle.descriptor = EncodeDescriptor({"local", r.id, bytes, payload.Take(), r.key});
   std::lock_guard lock(mu_);
   own_regions_.insert(handle.id);
   return handle;
@@ -60,7 +61,8 @@ absl::StatusOr<RemoteRegionId> LocalTransport::Prepare(std::string_view descript
                      "process (this is ",
                      getpid(), "); use the tcp or ucx transport across processes"));
   }
-  DQ_RETURN_IF_ERROR(ProcessRegions().Size(d.region_id).status());
+  // Inside one process the key is checked once, here: every later Post goes through this Remote.
+  DQ_RETURN_IF_ERROR(ProcessRegions().CheckKey(d.region_id, d.key));
   std::lock_guard lock(mu_);
   RemoteRegionId id = next_id_++;
   remotes_[id] = Remote{d.region_id, d.bytes};

@@ -132,9 +132,13 @@ absl::StatusOr<NcclInbound::Announced> NcclInbound::Announce(const wire::Transfe
   InFlight& f = a.f;
   f.transfer = header.transfer;
   f.posted = Clock::now();
-  // Check every op before any recv: a bad one (a released region, a forged descriptor) sends
-  // the whole transfer into the scratch buffer and the ack says why.
+  // Check the key and every op before any recv: a bad one (a released region, a forged
+  // descriptor) sends the whole transfer into the scratch buffer and the ack says why.
+  if (absl::Status key = regions_->CheckKey(header.region, header.key); !key.ok()) {
+    f.error = key;
+  }
   for (const wire::OpHeader& op : a.ops) {
+    if (!f.error.ok()) break;
     absl::StatusOr<PinnedRange> pin =
         PinRange(*regions_, header.region, op.remote_offset, op.bytes);
     if (!pin.ok()) {

@@ -196,8 +196,8 @@ absl::Status NcclOutbound::Issue(const std::vector<std::shared_ptr<Transfer>>& b
   std::string control;
   bool any_ops = false;
   for (const std::shared_ptr<Transfer>& t : batch) {
-    auto header = wire::Encode(
-        wire::TransferHeader{t->id, t->remote_region, static_cast<uint32_t>(t->ops.size())});
+    auto header = wire::Encode(wire::TransferHeader{
+        t->id, t->remote_region, static_cast<uint32_t>(t->ops.size()), t->remote_key});
     control.append(header.data(), header.size());
     for (const CopyOp& op : t->ops) {
       auto h = wire::Encode(wire::OpHeader{op.remote_offset, op.bytes});

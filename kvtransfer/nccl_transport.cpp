@@ -106,10 +106,11 @@ absl::StatusOr<RegionHandle> NcclTransport::RegisterRegion(void* ptr, uint64_t b
   }
   DQ_RETURN_IF_ERROR(nccl::CheckDeviceRange(ptr, bytes, device_));
   RegionHandle handle;
-  handle.id = regions_.Add(ptr, bytes);
+  const RegionTable::Registration r = regions_.Add(ptr, bytes);
+  handle.id = r.id;
   handle.bytes = bytes;
   handle.descriptor = EncodeDescriptor(
-      {"nccl", handle.id, bytes, EncodeNcclPayload({address_, static_cast<int32_t>(device_)})});
+      {"nccl", r.id, bytes, EncodeNcclPayload({address_, static_cast<int32_t>(device_)}), r.key});
   return handle;
 }
 
@@ -139,7 +140,7 @@ absl::StatusOr<std::shared_ptr<nccl::NcclOutbound>> NcclTransport::Peer(const Re
 absl::StatusOr<RemoteRegionId> NcclTransport::Prepare(std::string_view descriptor) {
   DQ_ASSIGN_OR_RETURN(RegionDescriptor d, DecodeDescriptor(descriptor, "nccl"));
   DQ_ASSIGN_OR_RETURN(NcclPayload payload, DecodeNcclPayload(d.payload));
-  Remote remote{payload.control, payload.cuda_device, d.region_id, d.bytes};
+  Remote remote{payload.control, payload.cuda_device, d.region_id, d.bytes, d.key};
   // Connect (and bring the communicator up) now, so that an unreachable receiver fails the
   // lease here, not in the middle of a prefill.
   DQ_RETURN_IF_ERROR(Peer(remote).status());
@@ -174,6 +175,7 @@ absl::StatusOr<std::shared_ptr<nccl::Transfer>> NcclTransport::MakeTransfer(
   }
   auto t = std::make_shared<nccl::Transfer>();
   t->remote_region = remote.region;
+  t->remote_key = remote.key;
   t->ops = nccl::MergeAdjacentCopies(copies);
   for (const CopyOp& op : t->ops) {
     DQ_ASSIGN_OR_RETURN(PinnedRange pin, PinRange(regions_, local, op.local_offset, op.bytes));

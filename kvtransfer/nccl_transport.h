@@ -53,6 +53,7 @@ class NcclTransport final : public Transport {
     int cuda_device = 0;
     RegionId region = 0;
     uint64_t bytes = 0;
+    RegionKey key{};
   };
 
   NcclTransport(const TransportConfig& config, int device, std::string bus_id, Fd listener,

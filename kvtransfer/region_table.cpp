@@ -2,6 +2,7 @@
 
 #include <atomic>
 
+#include "common/random_token.h"
 #include "common/status.h"
 
 namespace dq::kvtransfer {
@@ -20,11 +21,31 @@ absl::Status CheckRange(uint64_t offset, uint64_t bytes, uint64_t size, std::str
   return absl::OkStatus();
 }
 
-RegionId RegionTable::Add(void* base, uint64_t bytes) {
-  RegionId id = next_region_id.fetch_add(1);
+RegionTable::Registration RegionTable::Add(void* base, uint64_t bytes) {
+  Registration r;
+  r.id = next_region_id.fetch_add(1);
+  RandomBytes(r.key);
   std::lock_guard lock(mu_);
-  regions_[id] = Region{static_cast<std::byte*>(base), bytes, 0, false};
-  return id;
+  regions_[r.id] = Region{static_cast<std::byte*>(base), bytes, 0, false, r.key};
+  return r;
+}
+
+absl::Status RegionTable::CheckKey(RegionId id, const RegionKey& key) const {
+  std::lock_guard lock(mu_);
+  auto it = regions_.find(id);
+  if (it == regions_.end() || it->second.removing) {
+    return absl::NotFoundError(absl::StrCat(
+        "region ", id, " is not registered (released, or its lease expired); reserve a new lease"));
+  }
+  uint8_t diff = 0;  // every byte compared: the time taken says nothing about the key
+  for (size_t i = 0; i < key.size(); ++i) diff |= key[i] ^ it->second.key[i];
+  if (diff != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("the write into region ", id,
+                     " carries another region's key; only the holder of the "
+                     "region's descriptor (its KV lease) may write there"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status RegionTable::Remove(RegionId id) {

@@ -23,9 +23,17 @@ absl::Status CheckRange(uint64_t offset, uint64_t bytes, uint64_t size, std::str
 
 class RegionTable {
  public:
+  struct Registration {
+    RegionId id = 0;
+    RegionKey key{};  // the region's write capability (transport.h), fresh random bits
+  };
   // Adds a region under a fresh id (process-wide counter: ids are never reused, so a stale
-  // descriptor can never alias a newer registration).
-  RegionId Add(void* base, uint64_t bytes);
+  // descriptor can never alias a newer registration) and a fresh key.
+  Registration Add(void* base, uint64_t bytes);
+  // Whether a peer presenting `key` may write into region `id`: NotFound if it is not (or no
+  // longer) registered, PermissionDenied if the key is not the region's. Receivers call it once
+  // per announced transfer, before pinning anything for it.
+  absl::Status CheckKey(RegionId id, const RegionKey& key) const;
   // Removes a region once its pin count drops to zero (new pins fail from the moment this is
   // called). NotFound if it is not registered.
   absl::Status Remove(RegionId id);
@@ -45,6 +53,7 @@ class RegionTable {
     uint64_t bytes = 0;
     int pins = 0;
     bool removing = false;
+    RegionKey key{};
   };
   mutable std::mutex mu_;
   std::condition_variable unpinned_;

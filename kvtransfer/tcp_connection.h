@@ -25,6 +25,7 @@ namespace dq::kvtransfer {
 struct TcpTransfer {
   TransferId id = 0;
   RegionId remote_region = 0;
+  RegionKey remote_key{};  // the receiver's capability for that region
   std::vector<CopyOp> ops;
   // Pins on the local source ranges (one per op), held until the bytes are handed to the kernel.
   std::vector<PinnedRange> sources;

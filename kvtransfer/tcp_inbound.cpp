@@ -55,7 +55,7 @@ void TcpInbound::Serve() {
 
 absl::Status TcpInbound::ServeTransfer(const wire::TransferHeader& header) {
   // The first problem with this transfer; the rest of its payload is drained and the ack says why.
-  absl::Status error;
+  absl::Status error = regions_->CheckKey(header.region, header.key);
   absl::StatusOr<uint64_t> region_bytes = regions_->Size(header.region);
   if (!region_bytes.ok()) {
     error = absl::NotFoundError(absl::StrCat(

@@ -117,8 +117,8 @@ void TcpOutbound::SendLoop() {
 }
 
 absl::Status TcpOutbound::SendTransfer(TcpTransfer& t) {
-  auto header = wire::Encode(
-      wire::TransferHeader{t.id, t.remote_region, static_cast<uint32_t>(t.ops.size())});
+  auto header = wire::Encode(wire::TransferHeader{
+      t.id, t.remote_region, static_cast<uint32_t>(t.ops.size()), t.remote_key});
   DQ_RETURN_IF_ERROR(
       SendAll(fd_.get(), header.data(), header.size(), timeout_ms_, wake_.fd(), /*more=*/true));
   for (size_t i = 0; i < t.ops.size(); ++i) {

@@ -74,9 +74,10 @@ absl::StatusOr<RegionHandle> TcpTransport::RegisterRegion(void* ptr, uint64_t by
     return absl::InvalidArgumentError("RegisterRegion needs a non-null pointer and bytes > 0");
   }
   RegionHandle handle;
-  handle.id = regions_.Add(ptr, bytes);
+  const RegionTable::Registration r = regions_.Add(ptr, bytes);
+  handle.id = r.id;
   handle.bytes = bytes;
-  handle.descriptor = EncodeDescriptor({"tcp", handle.id, bytes, address_});
+  handle.descriptor = EncodeDescriptor({"tcp", r.id, bytes, address_, r.key});
   return handle;
 }
 
@@ -106,7 +107,7 @@ absl::StatusOr<RemoteRegionId> TcpTransport::Prepare(std::string_view descriptor
   DQ_RETURN_IF_ERROR(Peer(d.payload).status());
   std::lock_guard lock(mu_);
   RemoteRegionId id = next_id_++;
-  remotes_[id] = Remote{d.payload, d.region_id, d.bytes};
+  remotes_[id] = Remote{d.payload, d.region_id, d.bytes, d.key};
   return id;
 }
 
@@ -135,6 +136,7 @@ absl::StatusOr<std::shared_ptr<TcpTransfer>> TcpTransport::MakeTransfer(
   }
   auto t = std::make_shared<TcpTransfer>();
   t->remote_region = remote.region;
+  t->remote_key = remote.key;
   t->ops.assign(copies.begin(), copies.end());
   for (const CopyOp& op : copies) {
     DQ_ASSIGN_OR_RETURN(PinnedRange pin, PinRange(regions_, local, op.local_offset, op.bytes));

@@ -43,6 +43,7 @@ class TcpTransport final : public Transport {
     std::string peer;  // host:port of the receiver
     RegionId region = 0;
     uint64_t bytes = 0;
+    RegionKey key{};
   };
 
   TcpTransport(const TransportConfig& config, Fd listener, std::string address);

@@ -27,6 +27,7 @@ std::array<char, TransferHeader::kSize> Encode(const TransferHeader& h) {
   w.U64(h.region);
   w.U32(h.num_ops);
   w.U32(0);
+  w.Bytes(std::string_view(reinterpret_cast<const char*>(h.key.data()), h.key.size()));
   return ToArray<TransferHeader::kSize>(w);
 }
 
@@ -56,6 +57,9 @@ absl::StatusOr<TransferHeader> DecodeTransferHeader(const char* data) {
   h.transfer = r.U64();
   h.region = r.U64();
   h.num_ops = r.U32();
+  r.U32();
+  const std::string_view key = r.Bytes(h.key.size());
+  std::copy(key.begin(), key.end(), h.key.begin());
   if (magic != kTransferMagic || version != kVersion || h.num_ops > kMaxOps) {
     return absl::InvalidArgumentError(absl::StrCat(
         "corrupt kvtransfer stream (magic ", magic, ", version ", version, ", ", h.num_ops,

@@ -11,12 +11,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kvtransfer/transport.h"
 
 namespace dq::kvtransfer::wire {
 
 inline constexpr uint32_t kTransferMagic = 0x544b5144;  // "DQKT"
 inline constexpr uint32_t kAckMagic = 0x414b5144;       // "DQKA"
-inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kVersion = 2;                 // 2: the region key
 // A sanity limit: more ops than this in one transfer means a corrupt stream, not a real batch.
 inline constexpr uint32_t kMaxOps = 1u << 20;
 inline constexpr uint32_t kMaxMessageBytes = 4096;
@@ -25,7 +26,8 @@ struct TransferHeader {
   uint64_t transfer = 0;  // sender's TransferId, echoed in the ack
   uint64_t region = 0;    // receiver's RegionId
   uint32_t num_ops = 0;
-  static constexpr size_t kSize = 32;
+  RegionKey key{};  // the region's write capability, from its descriptor
+  static constexpr size_t kSize = 48;
 };
 
 struct OpHeader {

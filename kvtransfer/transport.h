@@ -18,6 +18,7 @@
 // internally. Callbacks never run user code.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -38,6 +39,11 @@ using RemoteRegionId = uint64_t;
 using TransferId = uint64_t;
 
 // What RegisterRegion returns.
+// A region's write capability: 128 random bits that only its descriptor carries. A receiver
+// accepts a peer's write into a region only with its key, so a peer on the KV port cannot write
+// into another lease's blocks by counting region ids (ucx: the packed rkey plays this part).
+using RegionKey = std::array<uint8_t, 16>;
+
 struct RegionHandle {
   RegionId id = 0;
   uint64_t bytes = 0;

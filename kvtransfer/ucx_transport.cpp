@@ -397,9 +397,12 @@ absl::StatusOr<RegionHandle> UcxTransport::RegisterRegion(void* ptr, uint64_t by
   payload.Str(std::string_view(static_cast<const char*>(rkey), rkey_bytes));
   ucp_rkey_buffer_release(rkey);
   RegionHandle handle;
-  handle.id = state_->regions.Add(ptr, bytes);
+  // One-sided puts never reach this side's code: the packed rkey is what grants the write, and
+  // the region key rides along unchecked (the envelope is the same for every backend).
+  const RegionTable::Registration r = state_->regions.Add(ptr, bytes);
+  handle.id = r.id;
   handle.bytes = bytes;
-  handle.descriptor = EncodeDescriptor({"ucx", handle.id, bytes, payload.Take()});
+  handle.descriptor = EncodeDescriptor({"ucx", r.id, bytes, payload.Take(), r.key});
   state_->mappings[handle.id] = UcxMapping{memh, where.device};
   return handle;
 }

@@ -72,6 +72,37 @@ TEST(TcpTransportTest, ReceiverRejectsWritesPastItsRegion) {
   MoveAllAndVerify(s, plan);
 }
 
+// A peer that can reach the KV port but holds no lease: it knows (or counts) region ids, not
+// their keys. Its writes are refused before a byte lands, and the connection stays usable.
+TEST(TcpTransportTest, AWriteWithoutTheRegionsKeyIsRefused) {
+  CopyPlan plan(kSizes);
+  TwoProcessSetup s(TcpConfig(), plan);
+  ASSERT_TRUE(s.ok()) << s.error;
+  MoveAllAndVerify(s, plan);
+  auto region0 = DecodeDescriptor(s.receiver->descriptors()[0], "tcp");
+  auto region1 = DecodeDescriptor(s.receiver->descriptors()[1], "tcp");
+  ASSERT_TRUE(region0.ok() && region1.ok());
+  EXPECT_NE(region0->key, region1->key);
+  RegionDescriptor guessed = *region0;
+  guessed.key[0] ^= 1;  // one bit off
+  RegionDescriptor counted = *region0;
+  counted.region_id = region1->region_id;  // the next id, with the key this peer was given
+  for (const RegionDescriptor& forged : {guessed, counted}) {
+    auto remote = s.sender->Prepare(EncodeDescriptor(forged));
+    ASSERT_TRUE(remote.ok()) << remote.status();
+    // Bytes that differ from what the region holds, so a write that landed would show.
+    const std::vector<CopyOp> overwrite = {{0, 4096, 4096}};
+    auto id = s.sender->Post(s.source, *remote, overwrite);
+    ASSERT_TRUE(id.ok()) << id.status();
+    absl::Status refused = WaitForTransfer(*s.sender, *id, 10000);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied) << refused;
+    EXPECT_NE(refused.message().find("another region's key"), std::string::npos) << refused;
+  }
+  EXPECT_EQ(s.receiver->Command("verify 0"), "ok");
+  EXPECT_EQ(s.receiver->Command("verify 1"), "ok");
+  MoveAllAndVerify(s, plan);
+}
+
 TEST(TcpTransportTest, ReleasedRegionFailsLateWritesAndReRegisterWorks) {
   CopyPlan plan(kSizes);
   TwoProcessSetup s(TcpConfig(), plan);

@@ -37,6 +37,12 @@ TEST(DescriptorTest, RoundTripsAndRejectsForeignOrBrokenBytes) {
   EXPECT_EQ(back->region_id, 42u);
   EXPECT_EQ(back->bytes, 1u << 20);
   EXPECT_EQ(back->payload, d.payload);
+  EXPECT_EQ(back->key, RegionKey{});
+  d.key[3] = 0xab;
+  d.key[15] = 0x01;
+  auto keyed = DecodeDescriptor(EncodeDescriptor(d), "tcp");
+  ASSERT_TRUE(keyed.ok()) << keyed.status();
+  EXPECT_EQ(keyed->key, d.key);
   auto other = DecodeDescriptor(encoded, "ucx");
   EXPECT_EQ(other.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(other.status().message().find("'tcp' transport"), std::string::npos);
