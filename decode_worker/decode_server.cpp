@@ -12,6 +12,7 @@
 #include "engine/spec/dflash_drafter.h"
 #include "engine/spec/self_drafter.h"
 #include "worker_common/device_backend.h"
+#include "worker_common/server_credentials.h"
 #include "worker_common/worker_identity.h"
 
 namespace dq::decode {
@@ -78,16 +79,18 @@ absl::Status DecodeServer::Init(const DecodeServerOptions& o) {
       DecodeServiceParts{&model_, leases_.get(), regions_.get(), batcher_.get(), transport_.get(),
                          drafter_regions_.get()},
       so);
+  DQ_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                      worker::WorkerServerCredentials());
   grpc::ServerBuilder builder;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a port in use fails, never shared
   int bound_port = 0;
-  builder.AddListeningPort(absl::StrCat(o.host, ":", o.port), grpc::InsecureServerCredentials(),
-                           &bound_port);
+  builder.AddListeningPort(absl::StrCat(o.host, ":", o.port), credentials, &bound_port);
   builder.RegisterService(service_.get());
   server_ = builder.BuildAndStart();
   if (!server_ || bound_port == 0) {
     DQ_RETURN_IF_ERROR(ProbeListen(o.host, o.port));
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", o.host, ":", o.port));
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", o.host, ":", o.port,
+                                               " (with TLS: is the key the certificate's?)"));
   }
   address_ = absl::StrCat(o.host, ":", bound_port);
   identity_ = worker::WorkerIdentityOf(model_, {"decode", address_, {o.transport}});

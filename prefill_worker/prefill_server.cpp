@@ -8,6 +8,7 @@
 
 #include "common/listen_port.h"
 #include "common/logging.h"
+#include "worker_common/server_credentials.h"
 
 namespace dq::prefill {
 namespace {
@@ -92,11 +93,12 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Start(
   }
   s->batcher_ = std::make_unique<PrefillBatcher>(*s->model_->runner, *s->stager_, bo);
 
+  DQ_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                      worker::WorkerServerCredentials());
   grpc::ServerBuilder builder;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a port in use fails, never shared
   int bound = 0;
-  builder.AddListeningPort(options.host + ":" + std::to_string(options.port),
-                           grpc::InsecureServerCredentials(), &bound);
+  builder.AddListeningPort(options.host + ":" + std::to_string(options.port), credentials, &bound);
   // The identity carries the address, known only once bound (port 0): set_address fixes it.
   PrefillServiceOptions svc{options.host + ":" + std::to_string(options.port),
                             options.io_timeout_ms, s->drafter_.get(), options.worker_key};
@@ -105,8 +107,8 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Start(
   s->server_ = builder.BuildAndStart();
   if (!s->server_ || bound == 0) {
     DQ_RETURN_IF_ERROR(ProbeListen(options.host, options.port));
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", options.host, ":", options.port));
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.host, ":", options.port,
+                                               " (with TLS: is the key the certificate's?)"));
   }
   s->port_ = bound;
   service->set_address(s->address());

@@ -11,6 +11,7 @@
 #include "common/listen_port.h"
 #include "common/logging.h"
 #include "common/worker_key.h"
+#include "common/worker_tls.h"
 #include "router/grpc_frontend.h"
 #include "router/http_server.h"
 #include "router/request_pipeline.h"
@@ -115,6 +116,19 @@ int Run(const Flags& f) {
   ro.health_interval = std::chrono::milliseconds(f.health_interval_ms);
   ro.caller = "dq-router@" + f.host + ":" + std::to_string(f.port);
   ro.worker_key = dq::WorkerKeyFromEnv();
+  absl::StatusOr<dq::WorkerTlsClient> tls = dq::WorkerTlsClientFromEnv();
+  if (!tls.ok()) {
+    std::fprintf(stderr, "dq-router: %s\n", std::string(tls.status().message()).c_str());
+    return 2;
+  }
+  ro.tls = std::move(*tls);
+  if (ro.tls.enabled()) {
+    spdlog::info("dq-router: calls workers over TLS, trusting {} for the name '{}'",
+                 std::getenv(dq::kWorkerTlsCaEnv), ro.tls.name);
+  } else if (!ro.worker_key.empty()) {
+    spdlog::warn("dq-router: the worker key travels in clear text; set {} (docs/deploy.md)",
+                 dq::kWorkerTlsCaEnv);
+  }
   dq::router::WorkerRegistry registry(ro);
   dq::router::Scheduler scheduler(dq::router::SchedulerOptions{
       f.max_in_flight, f.max_queue, std::chrono::milliseconds(f.queue_timeout_ms)});

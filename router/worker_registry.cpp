@@ -48,22 +48,33 @@ class WorkerKeyInterceptorFactory final
 };
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
-                                           const std::string& worker_key) {
+                                           const std::string& worker_key,
+                                           const WorkerTlsClient& tls) {
   grpc::ChannelArguments args;
   // gRPC's default reconnect backoff grows to 2 minutes; a restarted worker should be seen
   // again on the next health round, not minutes later.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // gRPC (1.51) also takes the "min reconnect backoff" as each connection attempt's deadline,
+  // TLS handshake included. At 100 ms a loaded 2-core host kept failing handshakes and a
+  // restarted worker stayed unreachable for 17-31 s (serve_supervise under load); at 2 s, 8-9 s;
+  // at 5 s, 5 s (one stalled attempt, then through). A refused connect still fails at once.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
   // Prompt logprobs of a long prompt with 20 alternatives each can pass gRPC's 4 MiB default.
   args.SetMaxReceiveMessageSize(256 << 20);
-  if (worker_key.empty()) {
-    return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (tls.enabled()) {
+    grpc::SslCredentialsOptions o;
+    o.pem_root_certs = tls.ca_pem;
+    credentials = grpc::SslCredentials(o);
+    // Workers are dialled by address (IPs, pod names); their certificate is for one name.
+    args.SetSslTargetNameOverride(tls.name);
   }
+  if (worker_key.empty()) return grpc::CreateCustomChannel(address, credentials, args);
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> keyed;
   keyed.push_back(std::make_unique<WorkerKeyInterceptorFactory>(worker_key));
-  return grpc::experimental::CreateCustomChannelWithInterceptors(
-      address, grpc::InsecureChannelCredentials(), args, std::move(keyed));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(address, credentials, args,
+                                                                 std::move(keyed));
 }
 
 std::string LayoutText(const v1::KvLayout& l) {
@@ -150,7 +161,7 @@ WorkerRegistry::WorkerRegistry(WorkerRegistryOptions options) : options_(std::mo
       w->status.role = role;
       w->status.address = address;
       w->status.detail = "not contacted yet";
-      w->channel = MakeChannel(address, options_.worker_key);
+      w->channel = MakeChannel(address, options_.worker_key, options_.tls);
       if (role == WorkerRole::kPrefill) {
         w->prefill = v1::PrefillWorker::NewStub(w->channel);
       } else {

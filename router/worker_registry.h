@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/worker_tls.h"
 #include "dqserve/v1/worker.grpc.pb.h"
 #include "router/api_error.h"
 
@@ -79,6 +80,8 @@ struct WorkerRegistryOptions {
   // The deployment's worker credential (common/worker_key.h), sent on every call to a worker;
   // empty: none.
   std::string worker_key;
+  // TLS to the workers (common/worker_tls.h); disabled: plaintext gRPC.
+  WorkerTlsClient tls;
   // Health probes failed in a row before in-flight requests on the worker are cancelled
   // (a dead process already breaks its streams; this catches a hung host or a partition).
   int failures_to_cancel_requests = 3;

@@ -1,10 +1,10 @@
 // The nccl KV transport between two GPUs of this machine: the sender (this process) on cuda:0,
 // the receiver a separate process (dq_kv_receiver --kind nccl) on cuda:1 that checks the bytes
 // itself. Covered: 3 regions + a 256 MiB transfer with byte checks, communicator reuse,
-// out-of-range posts (sender side) and a forged descriptor (refused by the receiver, which drains
-// the bytes and stays usable), release + re-register, a receiver killed mid-transfer and a stalled
-// one (the sender fails within a bound), and two workers on one GPU refused with a clear error.
-// Needs 2 GPUs (1 for the same-GPU test); skips otherwise.
+// out-of-range posts (sender side) and a forged descriptor or region key (refused by the
+// receiver, which drains the bytes and stays usable), release + re-register, a receiver killed
+// mid-transfer and a stalled one (the sender fails within a bound), and two workers on one GPU
+// refused with a clear error. Needs 2 GPUs (1 for the same-GPU test); skips otherwise.
 #include <cuda_runtime.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -69,6 +69,32 @@ TEST(NcclTransportGpuTest, OutOfRangeFailsOnTheSenderAndForgedRangesOnTheReceive
   EXPECT_EQ(refused.code(), absl::StatusCode::kOutOfRange) << refused;
   EXPECT_NE(refused.message().find("refused"), std::string::npos) << refused;
   // Nothing landed out of bounds (region 0 untouched so far) and the pair still works.
+  MoveAndVerify(p, plan, {0, 1, 2});
+}
+
+// A peer without the region's key (a guessed one, or a counted region id) is refused by the
+// receiver before any recv lands in the region; the pair stays usable.
+TEST(NcclTransportGpuTest, AWriteWithoutTheRegionsKeyIsRefused) {
+  DQ_NEED_GPUS(2);
+  CopyPlan plan({64 * 1024, kMiB, 4 * kMiB});
+  Pair p("nccl", plan, 1);
+  ASSERT_TRUE(p.error.empty()) << p.error;
+  auto d0 = DecodeDescriptor(p.receiver->descriptors()[0], "nccl");
+  auto d1 = DecodeDescriptor(p.receiver->descriptors()[1], "nccl");
+  ASSERT_TRUE(d0.ok() && d1.ok());
+  RegionDescriptor guessed = *d0;
+  guessed.key[7] ^= 0x80;
+  RegionDescriptor counted = *d0;
+  counted.region_id = d1->region_id;
+  for (const RegionDescriptor& forged : {guessed, counted}) {
+    auto remote = p.sender->Prepare(EncodeDescriptor(forged));
+    ASSERT_TRUE(remote.ok()) << remote.status();
+    const CopyOp op{0, 0, 4096};
+    auto id = p.sender->Post(p.source_id, *remote, {&op, 1});
+    ASSERT_TRUE(id.ok()) << id.status();
+    absl::Status refused = WaitForTransfer(*p.sender, *id, 30000);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied) << refused;
+  }
   MoveAndVerify(p, plan, {0, 1, 2});
 }
 

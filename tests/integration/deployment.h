@@ -196,7 +196,9 @@ struct DeploymentOptions {
   std::string model;
   std::string api_key;  // set: the router gets it through env DQ_API_KEY
   std::vector<std::string> router_args;
-  std::string worker_key;  // set: all three get it through env DQ_WORKER_KEY
+  std::string worker_key;                         // set: all three get it through env DQ_WORKER_KEY
+  std::map<std::string, std::string> worker_env;  // more environment for both workers
+  std::map<std::string, std::string> router_env;  // and for the router
 };
 
 // dq-decode + dq-prefill + dq-router (HTTP and gRPC) as real processes.
@@ -227,7 +229,7 @@ class Deployment {
       args.insert(args.begin(), common.begin(), common.end());
       return args;
     };
-    std::map<std::string, std::string> worker_env;
+    std::map<std::string, std::string> worker_env = options_.worker_env;
     if (!options_.worker_key.empty()) worker_env["DQ_WORKER_KEY"] = options_.worker_key;
     Spawn("decode", bin + "/dq-decode", with({"--port", std::to_string(decode_port_)}), worker_env);
     Spawn("prefill", bin + "/dq-prefill", with({"--port", std::to_string(prefill_port_)}),
@@ -245,7 +247,8 @@ class Deployment {
                                             "--health-interval-ms",
                                             "100"};
     router_args.insert(router_args.end(), options_.router_args.begin(), options_.router_args.end());
-    std::map<std::string, std::string> env = worker_env;
+    std::map<std::string, std::string> env = options_.router_env;
+    if (!options_.worker_key.empty()) env["DQ_WORKER_KEY"] = options_.worker_key;
     if (!options_.api_key.empty()) env["DQ_API_KEY"] = options_.api_key;
     Spawn("router", bin + "/dq-router", router_args, env);
     if (auto e = WaitPort("decode", decode_port_); !e.empty()) return e;

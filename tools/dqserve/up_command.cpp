@@ -17,6 +17,7 @@
 #include "common/random_token.h"
 #include "common/worker_key.h"
 #include "nlohmann/json.hpp"
+#include "tools/dqserve/deployment_tls.h"
 #include "tools/dqserve/process_group.h"
 
 namespace dq::cli {
@@ -30,6 +31,7 @@ struct UpOptions {
   std::string log_level = "info";
   int startup_timeout_s = 300;
   bool print_commands = false;
+  bool worker_tls = true;  // --no-worker-tls: plaintext gRPC between router and workers
 };
 
 std::string SiblingBinary(const char* name) {
@@ -312,6 +314,21 @@ int RunUp(const UpOptions& o) {
   std::vector<ChildSpec> children = Children(*c, o.log_level);
   const std::string worker_key = absl::StrCat(kWorkerKeyEnv, "=", RandomHex(32));
   for (ChildSpec& child : children) child.env.push_back(worker_key);
+  // And one TLS identity, so that key never crosses a socket in clear (common/worker_tls.h).
+  std::unique_ptr<DeploymentTls> tls;
+  if (o.worker_tls) {
+    absl::StatusOr<std::unique_ptr<DeploymentTls>> made = DeploymentTls::Create();
+    if (!made.ok()) {
+      std::fprintf(stderr, "dqserve up: %s\n", std::string(made.status().message()).c_str());
+      return 1;
+    }
+    tls = std::move(*made);
+    for (ChildSpec& child : children) {
+      const std::vector<std::string> env =
+          child.name == "router" ? tls->router_env() : tls->worker_env();
+      child.env.insert(child.env.end(), env.begin(), env.end());
+    }
+  }
   ProcessGroup group;
   int rc = 0;
   if (absl::Status s = StartAll(group, *c, o, children); !s.ok()) {
@@ -348,6 +365,9 @@ void RegisterUp(CLI::App& app, int* exit_code) {
   cmd->add_flag("--print-commands", o->print_commands,
                 "print each process's command line (one JSON object a line: name, argv; the API "
                 "key never appears) and exit without starting anything");
+  cmd->add_flag("!--no-worker-tls", o->worker_tls,
+                "plaintext gRPC between the router and the workers (default: TLS with a "
+                "certificate made for this deployment; needs the openssl command)");
   cmd->callback([o, exit_code] { *exit_code = RunUp(*o); });
 }
 
