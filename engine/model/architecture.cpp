@@ -45,32 +45,37 @@ absl::StatusOr<ModelProgram> BindModelProgram(const Checkpoint& checkpoint,
   return program;
 }
 
+namespace {
+
+// Binds a block's tensors from its slot tables (model_program.h); optional vectors only when
+// `with_optional`.
+template <typename B, size_t NL, size_t NV>
+absl::StatusOr<B> BindBlock(const WeightBinder& binder, const TensorNames& names,
+                            const ModelConfig& c, int layer, const LinearSlot<B> (&linears)[NL],
+                            const VectorSlot<B> (&vectors)[NV], bool with_optional) {
+  B block;
+  for (const VectorSlot<B>& s : vectors) {
+    if (s.optional && !with_optional) continue;
+    DQ_ASSIGN_OR_RETURN(block.*s.values, binder.Vector(names.Layer(layer, s.role), s.size(c)));
+  }
+  for (const LinearSlot<B>& s : linears) {
+    DQ_ASSIGN_OR_RETURN(block.*s.weight, binder.Matrix(names.Layer(layer, s.role),
+                                                       s.out_features(c), s.in_features(c)));
+  }
+  return block;
+}
+
+}  // namespace
+
 absl::StatusOr<AttentionBlock> BindAttentionBlock(const WeightBinder& binder,
                                                   const TensorNames& names, const ModelConfig& c,
                                                   int i, bool qk_norm) {
-  auto name = [&](const char* role) { return names.Layer(i, role); };
-  AttentionBlock a;
-  DQ_ASSIGN_OR_RETURN(a.norm, binder.Vector(name("attn_norm"), c.hidden_size));
-  DQ_ASSIGN_OR_RETURN(a.q, binder.Matrix(name("attn_q"), c.q_dim(), c.hidden_size));
-  DQ_ASSIGN_OR_RETURN(a.k, binder.Matrix(name("attn_k"), c.kv_dim(), c.hidden_size));
-  DQ_ASSIGN_OR_RETURN(a.v, binder.Matrix(name("attn_v"), c.kv_dim(), c.hidden_size));
-  DQ_ASSIGN_OR_RETURN(a.o, binder.Matrix(name("attn_output"), c.hidden_size, c.q_dim()));
-  if (qk_norm) {
-    DQ_ASSIGN_OR_RETURN(a.q_norm, binder.Vector(name("attn_q_norm"), c.head_dim));
-    DQ_ASSIGN_OR_RETURN(a.k_norm, binder.Vector(name("attn_k_norm"), c.head_dim));
-  }
-  return a;
+  return BindBlock(binder, names, c, i, kAttentionLinears, kAttentionVectors, qk_norm);
 }
 
 absl::StatusOr<MlpBlock> BindMlpBlock(const WeightBinder& binder, const TensorNames& names,
                                       const ModelConfig& c, int i) {
-  auto name = [&](const char* role) { return names.Layer(i, role); };
-  MlpBlock m;
-  DQ_ASSIGN_OR_RETURN(m.norm, binder.Vector(name("ffn_norm"), c.hidden_size));
-  DQ_ASSIGN_OR_RETURN(m.gate, binder.Matrix(name("ffn_gate"), c.intermediate_size, c.hidden_size));
-  DQ_ASSIGN_OR_RETURN(m.up, binder.Matrix(name("ffn_up"), c.intermediate_size, c.hidden_size));
-  DQ_ASSIGN_OR_RETURN(m.down, binder.Matrix(name("ffn_down"), c.hidden_size, c.intermediate_size));
-  return m;
+  return BindBlock(binder, names, c, i, kMlpLinears, kMlpVectors, false);
 }
 
 absl::Status BindEmbeddingsAndHead(const WeightBinder& binder, const TensorNames& names,

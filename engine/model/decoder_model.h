@@ -13,8 +13,6 @@
 
 namespace dq {
 
-// Which linear layers read an activation: q/k/v share theirs, as do gate/up.
-enum class LinearInput { kQkv, kO, kGateUp, kDown };
 // Sees each linear layer's input during a forward pass (calibration of activation scales).
 using LinearObserver =
     std::function<void(int layer, LinearInput which, const float* x, int64_t rows, int64_t n)>;

@@ -7,14 +7,21 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <variant>
 #include <vector>
 
 #include "engine/model/linear_weight.h"
+#include "engine/model/model_config.h"
 
 namespace dq {
+
+// Which linear layers read an activation: q/k/v share theirs, as do gate/up (calibration and
+// NVFP4's shared global scales are per input).
+enum class LinearInput { kQkv, kO, kGateUp, kDown };
 
 // Pre-norm GQA self-attention with RoPE: x += o(attn(rope(norm?(q(n))), rope(norm?(k(n))), v(n)))
 // where n = RMSNorm(x; norm). Owns one layer of the paged K/V pool (`kv_layer`), written for
@@ -36,6 +43,71 @@ struct MlpBlock {
 };
 
 using Block = std::variant<AttentionBlock, MlpBlock>;
+
+// A block's tensors as checkpoints name them (TensorNames::Layer roles, GGUF's short names),
+// declared once here: binding (architecture.cpp), the quantizer and every walk over a block's
+// weights read these tables, so a new block type is one table, not a list in each of them.
+template <typename B>
+struct LinearSlot {
+  const char* role;
+  LinearInput input;
+  LinearWeight B::*weight;
+  int64_t (*out_features)(const ModelConfig&);
+  int64_t (*in_features)(const ModelConfig&);
+};
+template <typename B>
+struct VectorSlot {
+  const char* role;
+  std::vector<float> B::*values;
+  int64_t (*size)(const ModelConfig&);
+  bool optional;  // present only in some architectures (Qwen3's per-head q/k norms)
+};
+
+namespace block_shapes {
+inline int64_t Hidden(const ModelConfig& c) { return c.hidden_size; }
+inline int64_t Q(const ModelConfig& c) { return c.q_dim(); }
+inline int64_t Kv(const ModelConfig& c) { return c.kv_dim(); }
+inline int64_t Head(const ModelConfig& c) { return c.head_dim; }
+inline int64_t Inter(const ModelConfig& c) { return c.intermediate_size; }
+}  // namespace block_shapes
+
+inline constexpr LinearSlot<AttentionBlock> kAttentionLinears[] = {
+    {"attn_q", LinearInput::kQkv, &AttentionBlock::q, block_shapes::Q, block_shapes::Hidden},
+    {"attn_k", LinearInput::kQkv, &AttentionBlock::k, block_shapes::Kv, block_shapes::Hidden},
+    {"attn_v", LinearInput::kQkv, &AttentionBlock::v, block_shapes::Kv, block_shapes::Hidden},
+    {"attn_output", LinearInput::kO, &AttentionBlock::o, block_shapes::Hidden, block_shapes::Q}};
+inline constexpr VectorSlot<AttentionBlock> kAttentionVectors[] = {
+    {"attn_norm", &AttentionBlock::norm, block_shapes::Hidden, false},
+    {"attn_q_norm", &AttentionBlock::q_norm, block_shapes::Head, true},
+    {"attn_k_norm", &AttentionBlock::k_norm, block_shapes::Head, true}};
+inline constexpr LinearSlot<MlpBlock> kMlpLinears[] = {
+    {"ffn_gate", LinearInput::kGateUp, &MlpBlock::gate, block_shapes::Inter, block_shapes::Hidden},
+    {"ffn_up", LinearInput::kGateUp, &MlpBlock::up, block_shapes::Inter, block_shapes::Hidden},
+    {"ffn_down", LinearInput::kDown, &MlpBlock::down, block_shapes::Hidden, block_shapes::Inter}};
+inline constexpr VectorSlot<MlpBlock> kMlpVectors[] = {
+    {"ffn_norm", &MlpBlock::norm, block_shapes::Hidden, false}};
+
+// Every tensor a bound `block` holds, as its checkpoint names it: linear(role, input, weight)
+// for each linear, vector(role, values) for each vector it has (an optional one only when set).
+template <typename LinearFn, typename VectorFn>
+void ForEachBlockTensor(const Block& block, LinearFn&& linear, VectorFn&& vector) {
+  std::visit(
+      [&](const auto& blk) {
+        using T = std::decay_t<decltype(blk)>;
+        const auto& [linears, vectors] = [] {
+          if constexpr (std::is_same_v<T, AttentionBlock>) {
+            return std::pair(std::span(kAttentionLinears), std::span(kAttentionVectors));
+          } else {
+            return std::pair(std::span(kMlpLinears), std::span(kMlpVectors));
+          }
+        }();
+        for (const auto& s : vectors) {
+          if (!s.optional || !(blk.*s.values).empty()) vector(s.role, blk.*s.values);
+        }
+        for (const auto& s : linears) linear(s.role, s.input, blk.*s.weight);
+      },
+      block);
+}
 
 // One layer: its blocks in order. A layer's output (the residual stream after its last block)
 // is what a tap (ForwardHooks::tap_layers) reads.
@@ -80,9 +152,9 @@ struct ModelProgram {
         [&](auto& blk) {
           using T = std::decay_t<decltype(blk)>;
           if constexpr (std::is_same_v<T, AttentionBlock>) {
-            for (auto* m : {&blk.q, &blk.k, &blk.v, &blk.o}) fn(*m);
+            for (const auto& s : kAttentionLinears) fn(blk.*s.weight);
           } else {
-            for (auto* m : {&blk.gate, &blk.up, &blk.down}) fn(*m);
+            for (const auto& s : kMlpLinears) fn(blk.*s.weight);
           }
         },
         block);

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "engine/checkpoint/safetensors_checkpoint.h"
+#include "engine/model/architecture.h"
 #include "engine/model/hf_export.h"
 #include "engine/model/model_runner.h"
 #include "engine/model/tensor_names.h"
@@ -84,59 +85,64 @@ float Amax(const std::vector<float>& v) {
   return m;
 }
 
-struct LinearSpec {
-  const char* role;  // GGUF short name
-  LinearInput input;
-};
-constexpr LinearSpec kLinears[] = {
-    {"attn_q", LinearInput::kQkv},      {"attn_k", LinearInput::kQkv},
-    {"attn_v", LinearInput::kQkv},      {"attn_output", LinearInput::kO},
-    {"ffn_gate", LinearInput::kGateUp}, {"ffn_up", LinearInput::kGateUp},
-    {"ffn_down", LinearInput::kDown}};
-
-absl::Status QuantizeLayer(Job& job, int layer) {
-  std::map<std::string, std::vector<float>> w;
-  std::map<std::string, std::vector<int64_t>> shape;
-  for (const LinearSpec& s : kLinears) {
-    const std::string name = job.src_names.Layer(layer, s.role);
-    DQ_ASSIGN_OR_RETURN(w[s.role], ReadF32(job, name));
-    shape[s.role] = job.src.checkpoint->Find(name)->shape;
+// One layer of the program, tensor by tensor as its blocks declare them (model_program.h's slot
+// tables): vectors (norms) stay f32, linears are quantized. NVFP4: the linears that read one
+// input (q/k/v, gate/up) share one global scale.
+absl::Status QuantizeLayer(Job& job, int layer, const ProgramLayer& program_layer) {
+  struct Pending {
+    std::string role;
+    LinearInput input;
+    std::vector<float> w;
+    std::vector<int64_t> shape;
+  };
+  std::vector<Pending> linears;
+  std::map<LinearInput, float> shared_amax;
+  absl::Status status;
+  for (const Block& block : program_layer.blocks) {
+    ForEachBlockTensor(
+        block,
+        [&](const char* role, LinearInput input, const LinearWeight&) {
+          if (!status.ok()) return;
+          const std::string name = job.src_names.Layer(layer, role);
+          auto w = ReadF32(job, name);
+          if (!w.ok()) {
+            status = w.status();
+            return;
+          }
+          float& amax = shared_amax[input];
+          amax = std::max(amax, Amax(*w));
+          linears.push_back({role, input, std::move(*w), job.src.checkpoint->Find(name)->shape});
+        },
+        [&](const char* role, const std::vector<float>&) {
+          if (!status.ok()) return;
+          auto v = ReadF32(job, job.src_names.Layer(layer, role));
+          if (!v.ok()) {
+            status = v.status();
+            return;
+          }
+          AddPlain(job, job.out_names.Layer(layer, role), DType::kF32,
+                   {static_cast<int64_t>(v->size())}, *v);
+        });
   }
-  // NVFP4: q/k/v share one global scale, as do gate/up.
-  const float qkv_amax = std::max({Amax(w["attn_q"]), Amax(w["attn_k"]), Amax(w["attn_v"])});
-  const float gate_up_amax = std::max(Amax(w["ffn_gate"]), Amax(w["ffn_up"]));
-  for (const LinearSpec& s : kLinears) {
-    const std::string prefix = job.out_names.Layer(layer, s.role);
+  DQ_RETURN_IF_ERROR(status);
+  for (Pending& l : linears) {
+    const std::string prefix = job.out_names.Layer(layer, l.role.c_str());
     const std::string base = prefix.substr(0, prefix.size() - std::string(".weight").size());
-    const auto& sh = shape[s.role];
     if (job.codec == nullptr) {
-      AddPlain(job, prefix, job.opt.format == "f32" ? DType::kF32 : DType::kBF16, sh, w[s.role]);
+      AddPlain(job, prefix, job.opt.format == "f32" ? DType::kF32 : DType::kBF16, l.shape, l.w);
       continue;
     }
     QuantizeOptions qo;
     qo.group_size = job.opt.group_size;
-    if (s.input == LinearInput::kQkv) qo.shared_amax = qkv_amax;
-    if (s.input == LinearInput::kGateUp) qo.shared_amax = gate_up_amax;
-    auto q = job.codec->Quantize(w[s.role].data(), sh[0], sh[1], qo);
+    if (l.input == LinearInput::kQkv || l.input == LinearInput::kGateUp) {
+      qo.shared_amax = shared_amax[l.input];
+    }
+    auto q = job.codec->Quantize(l.w.data(), l.shape[0], l.shape[1], qo);
     if (!q.ok())
       return absl::Status(q.status().code(), base + ": " + std::string(q.status().message()));
     job.group_size = q->view.group_size;
-    auto it = job.act_amax.find({layer, s.input});
+    auto it = job.act_amax.find({layer, l.input});
     AddQuantized(job, base, *q, it == job.act_amax.end() ? 0.0f : it->second);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status NormsOf(Job& job, int layer) {
-  std::vector<const char*> roles = {"attn_norm", "ffn_norm"};
-  // Per-head q/k norms where the architecture has them (Qwen3's attention blocks).
-  if (job.src.checkpoint->Find(job.src_names.Layer(layer, "attn_q_norm")) != nullptr) {
-    roles.insert(roles.end(), {"attn_q_norm", "attn_k_norm"});
-  }
-  for (const char* role : roles) {
-    DQ_ASSIGN_OR_RETURN(std::vector<float> v, ReadF32(job, job.src_names.Layer(layer, role)));
-    AddPlain(job, job.out_names.Layer(layer, role), DType::kF32, {static_cast<int64_t>(v.size())},
-             v);
   }
   return absl::OkStatus();
 }
@@ -219,13 +225,15 @@ absl::Status QuantizeCheckpoint(const Model& source, const std::string& out_dir,
     DQ_ASSIGN_OR_RETURN(std::vector<float> head, ReadF32(job, job.src_names.LmHead()));
     AddPlain(job, job.out_names.LmHead(), opt.embedding_dtype, {c.vocab_size, c.hidden_size}, head);
   }
-  for (int layer = 0; layer < c.num_layers; ++layer) {
+  // What each layer holds is the architecture's program (its blocks' slot tables), bound from
+  // the source as the engine would run it: the quantizer lists no tensor names of its own.
+  DQ_ASSIGN_OR_RETURN(ModelProgram program, BindModelProgram(*source.checkpoint, c));
+  for (int layer = 0; layer < static_cast<int>(program.layers.size()); ++layer) {
     if (opt.progress) {
-      std::fprintf(stderr, "\rdq-quantize: layer %d/%d (%s)", layer + 1, c.num_layers,
+      std::fprintf(stderr, "\rdq-quantize: layer %d/%zu (%s)", layer + 1, program.layers.size(),
                    opt.format.c_str());
     }
-    DQ_RETURN_IF_ERROR(NormsOf(job, layer));
-    DQ_RETURN_IF_ERROR(QuantizeLayer(job, layer));
+    DQ_RETURN_IF_ERROR(QuantizeLayer(job, layer, program.layers[layer]));
   }
   if (opt.progress) std::fprintf(stderr, "\n");
   DQ_RETURN_IF_ERROR(CheckAllConsumed(job));
