@@ -46,6 +46,14 @@ const char* DTypeName(DType t) {
       return "iq3_xxs";
     case DType::kIQ4_NL:
       return "iq4_nl";
+    case DType::kIQ4_XS:
+      return "iq4_xs";
+    case DType::kIQ2_XS:
+      return "iq2_xs";
+    case DType::kIQ2_S:
+      return "iq2_s";
+    case DType::kIQ3_S:
+      return "iq3_s";
   }
   return "?";
 }
@@ -66,6 +74,10 @@ int64_t DTypeBlockElems(DType t) {
     case DType::kQ6_K:
     case DType::kIQ2_XXS:
     case DType::kIQ3_XXS:
+    case DType::kIQ4_XS:
+    case DType::kIQ2_XS:
+    case DType::kIQ2_S:
+    case DType::kIQ3_S:
       return 256;
     default:
       return 1;
@@ -114,6 +126,14 @@ int64_t DTypeBlockBytes(DType t) {
       return 98;
     case DType::kIQ4_NL:
       return 18;
+    case DType::kIQ4_XS:
+      return 136;
+    case DType::kIQ2_XS:
+      return 74;
+    case DType::kIQ2_S:
+      return 82;
+    case DType::kIQ3_S:
+      return 110;
   }
   return 0;
 }

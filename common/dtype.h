@@ -32,6 +32,10 @@ enum class DType : uint8_t {
   kIQ2_XXS,  // 256 values in 66 bytes
   kIQ3_XXS,  // 256 values in 98 bytes
   kIQ4_NL,   // 32 values in 18 bytes
+  kIQ4_XS,   // 256 values in 136 bytes
+  kIQ2_XS,   // 256 values in 74 bytes
+  kIQ2_S,    // 256 values in 82 bytes
+  kIQ3_S,    // 256 values in 110 bytes
 };
 
 const char* DTypeName(DType t);

@@ -1,5 +1,5 @@
-// Q5_0, Q5_1, IQ4_NL, IQ2_XXS and IQ3_XXS (layouts in ggml_kquants.h): portable references and
-// AVX2 kernels.
+// Q5_0, Q5_1, IQ4_NL, IQ4_XS and the IQ2/IQ3 grids (layouts in ggml_kquants.h): portable
+// references, and AVX2 kernels for IQ4_NL, IQ2_XXS and IQ3_XXS.
 #include "engine/quant/ggml_iq_tables.h"
 #include "engine/quant/ggml_kquants.h"
 
@@ -11,6 +11,10 @@ constexpr int kQ5_1Bytes = 24;
 constexpr int kIQ4_NLBytes = 18;
 constexpr int kIQ2_XXSBytes = 66;
 constexpr int kIQ3_XXSBytes = 98;
+constexpr int kIQ4_XSBytes = 136;
+constexpr int kIQ2_XSBytes = 74;
+constexpr int kIQ2_SBytes = 82;
+constexpr int kIQ3_SBytes = 110;
 
 // Element j of a 32-value block's 16 nibble bytes: low nibbles hold 0..15, high ones 16..31.
 inline int Nibble(const uint8_t* qs, int j) { return j < 16 ? qs[j] & 15 : qs[j - 16] >> 4; }
@@ -21,6 +25,21 @@ inline float Iq2Grid(int idx, int j) {
 }
 inline float Iq3Grid(int idx, int j) {
   return static_cast<float>((kIq3xxsGrid[idx] >> (8 * j)) & 0xFF);
+}
+inline float GridByte(uint64_t point, int j) {
+  return static_cast<float>((point >> (8 * j)) & 0xFF);
+}
+
+// The 4-bit scale of group g from nibble-packed bytes (low nibble first).
+inline int Nibble4(const uint8_t* scales, int g) { return (scales[g / 2] >> (4 * (g % 2))) & 15; }
+
+// One group of `n` values from grid magnitudes, its scale and sign bits (bit j: negate j):
+// gguf-py's (db * grid) * sign, bit for bit.
+inline void GridGroup(float db, uint64_t point, uint32_t signs, int n, float* dst) {
+  for (int j = 0; j < n; ++j) {
+    const float v = db * GridByte(point, j);
+    dst[j] = (signs >> j) & 1 ? -v : v;
+  }
 }
 
 }  // namespace
@@ -88,6 +107,63 @@ void DequantIQ3_XXSRef(const uint8_t* src, float* dst, int64_t nblocks) {
           dst[j] = (signs >> j) & 1 ? -v : v;
         }
       }
+    }
+  }
+}
+
+void DequantIQ4_XSRef(const uint8_t* src, float* dst, int64_t nblocks) {
+  for (int64_t b = 0; b < nblocks; ++b, src += kIQ4_XSBytes) {
+    const float d = LoadF16(src);
+    const uint32_t scales_h = LoadU16(src + 2);
+    for (int ib = 0; ib < 8; ++ib, dst += kQK) {
+      const int low = (src[4 + ib / 2] >> (4 * (ib % 2))) & 15;
+      const int scale = (low | static_cast<int>((scales_h >> (2 * ib)) & 3) << 4) - 32;
+      const float dl = d * static_cast<float>(scale);
+      for (int j = 0; j < kQK; ++j) {
+        dst[j] = dl * static_cast<float>(kIq4nlValues[Nibble(src + 8 + 16 * ib, j)]);
+      }
+    }
+  }
+}
+
+void DequantIQ2_XSRef(const uint8_t* src, float* dst, int64_t nblocks) {
+  for (int64_t b = 0; b < nblocks; ++b, src += kIQ2_XSBytes) {
+    const float d = LoadF16(src);
+    const uint8_t* scales = src + 66;
+    for (int i = 0; i < 32; ++i, dst += 8) {  // 32 u16 codes of 8 values; groups of 16 values
+      const uint32_t q = LoadU16(src + 2 + 2 * i);
+      const float db = d * (0.5f + static_cast<float>(Nibble4(scales, i / 2))) * 0.25f;
+      GridGroup(db, kIq2xsGrid[q & 511], kIqSigns[q >> 9], 8, dst);
+    }
+  }
+}
+
+void DequantIQ2_SRef(const uint8_t* src, float* dst, int64_t nblocks) {
+  for (int64_t b = 0; b < nblocks; ++b, src += kIQ2_SBytes) {
+    const float d = LoadF16(src);
+    const uint8_t* qs = src + 2;
+    const uint8_t* signs = src + 34;
+    const uint8_t* qh = src + 66;
+    const uint8_t* scales = src + 74;
+    for (int i = 0; i < 32; ++i, dst += 8) {
+      const int idx = qs[i] | ((qh[i / 4] >> (2 * (i % 4))) & 3) << 8;
+      const float db = d * (0.5f + static_cast<float>(Nibble4(scales, i / 2))) * 0.25f;
+      GridGroup(db, kIq2sGrid[idx], signs[i], 8, dst);
+    }
+  }
+}
+
+void DequantIQ3_SRef(const uint8_t* src, float* dst, int64_t nblocks) {
+  for (int64_t b = 0; b < nblocks; ++b, src += kIQ3_SBytes) {
+    const float d = LoadF16(src);
+    const uint8_t* qs = src + 2;
+    const uint8_t* qh = src + 66;
+    const uint8_t* signs = src + 74;
+    const uint8_t* scales = src + 106;
+    for (int i = 0; i < 64; ++i, dst += 4) {  // 64 codes of 4 values; groups of 32 values
+      const int idx = qs[i] | ((qh[i / 8] >> (i % 8)) & 1) << 8;
+      const float db = d * static_cast<float>(1 + 2 * Nibble4(scales, i / 8));
+      GridGroup(db, kIq3sGrid[idx], (signs[i / 2] >> (4 * (i % 2))) & 15, 4, dst);
     }
   }
 }

@@ -117,6 +117,18 @@ bool DequantizeBlocksRef(DType t, const uint8_t* src, float* dst, int64_t nblock
     case DType::kIQ3_XXS:
       DequantIQ3_XXSRef(src, dst, nblocks);
       return true;
+    case DType::kIQ4_XS:
+      DequantIQ4_XSRef(src, dst, nblocks);
+      return true;
+    case DType::kIQ2_XS:
+      DequantIQ2_XSRef(src, dst, nblocks);
+      return true;
+    case DType::kIQ2_S:
+      DequantIQ2_SRef(src, dst, nblocks);
+      return true;
+    case DType::kIQ3_S:
+      DequantIQ3_SRef(src, dst, nblocks);
+      return true;
     default:
       return false;
   }

@@ -40,6 +40,19 @@
 //   IQ3_XXS (98 bytes): fp16 d; u8 qs[64]; u32 signs[8]. Group g (32 values) uses qs[8g + m]
 //     (m < 8) as an index into kIq3xxsGrid, 4 magnitudes for elements 32g + 4m .. + 3; signs
 //     as IQ2_XXS's b with signs[g]. x = (d * (0.5 + (signs[g] >> 28)) * 0.5) * grid * sign.
+//   IQ4_XS (136 bytes): fp16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]. Sub-block s (32
+//     values) has the 6-bit scale (nibble s of scales_l) | ((scales_h >> 2s) & 3) << 4, less 32,
+//     and IQ4_NL's nibble layout in qs[16s ..]. x = (d * scale) * kIq4nlValues[nibble].
+//   IQ2_XS (74 bytes): fp16 d; u16 qs[32]; u8 scales[8]. Code i covers elements 8i .. + 7:
+//     kIq2xsGrid[qs & 511] magnitudes, kIqSigns[qs >> 9] signs; group scale nibble i / 2 of
+//     scales. x = (d * (0.5 + scale) * 0.25) * grid * sign.
+//   IQ2_S (82 bytes): fp16 d; u8 qs[32]; u8 signs[32]; u8 qh[8]; u8 scales[8]. Code i indexes
+//     kIq2sGrid with qs[i] | ((qh[i / 4] >> 2(i % 4)) & 3) << 8, signs[i] are its 8 sign bits;
+//     scales as IQ2_XS.
+//   IQ3_S (110 bytes): fp16 d; u8 qs[64]; u8 qh[8]; u8 signs[32]; u8 scales[4]. Code i covers
+//     elements 4i .. + 3: kIq3sGrid[qs[i] | ((qh[i / 8] >> (i % 8)) & 1) << 8], sign bit of
+//     element e is bit e % 8 of signs[e / 8]; the 32-value group i / 8 scales by
+//     d * (1 + 2 * nibble). x = (d * (1 + 2 * scale)) * grid * sign.
 #pragma once
 
 #include <cstdint>
@@ -83,6 +96,10 @@ void DequantQ5_KRef(const uint8_t* src, float* dst, int64_t nblocks);
 void DequantQ6_KRef(const uint8_t* src, float* dst, int64_t nblocks);
 void DequantIQ2_XXSRef(const uint8_t* src, float* dst, int64_t nblocks);
 void DequantIQ3_XXSRef(const uint8_t* src, float* dst, int64_t nblocks);
+void DequantIQ4_XSRef(const uint8_t* src, float* dst, int64_t nblocks);
+void DequantIQ2_XSRef(const uint8_t* src, float* dst, int64_t nblocks);
+void DequantIQ2_SRef(const uint8_t* src, float* dst, int64_t nblocks);
+void DequantIQ3_SRef(const uint8_t* src, float* dst, int64_t nblocks);
 
 // The reference for any type above; false if `t` is not one of them. Tests use it to check the
 // portable code on machines where DequantizeRow takes the vector path.

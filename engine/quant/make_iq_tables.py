@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes engine/quant/ggml_iq_tables.h: the lookup tables that are part of the ggml i-quant
-formats (IQ2_XXS / IQ3_XXS grids, the shared sign table, IQ4_NL's non-linear levels).
+formats (the IQ2_XXS / IQ2_XS / IQ2_S / IQ3_XXS / IQ3_S grids, the shared sign table, IQ4_NL's
+and IQ4_XS's non-linear levels).
 
 The tables are data of the format definition, not code, so they are read from an independent
 implementation, the PyPI `gguf` package (gguf-py's quants.py), instead of being typed in by hand.
@@ -46,6 +47,10 @@ def byte_rows(vals, fmt, per_line=16) -> list[str]:
 def main() -> None:
     iq2 = grid_bytes(quants.IQ2_XXS)
     iq3 = grid_bytes(quants.IQ3_XXS)
+    iq2xs = grid_bytes(quants.IQ2_XS)
+    iq2s = grid_bytes(quants.IQ2_S)
+    iq3s = grid_bytes(quants.IQ3_S)
+    assert iq2xs.shape == (512, 8) and iq2s.shape == (1024, 8) and iq3s.shape == (512, 4)
     ksigns = np.frombuffer(quants.IQ2_XXS.ksigns, dtype=np.uint8)
     kvalues = quants.IQ4_NL.kvalues
     assert iq2.shape == (256, 8) and iq3.shape == (256, 4) and ksigns.size == 128
@@ -67,6 +72,21 @@ def main() -> None:
         "// IQ3_XXS: 256 grid points of 4 magnitudes (bytes, element j in byte j).",
         "inline constexpr uint32_t kIq3xxsGrid[256] = {",
         *packed_rows(iq3, "uint32_t"),
+        "};",
+        "",
+        "// IQ2_XS: 512 grid points of 8 magnitudes.",
+        "inline constexpr uint64_t kIq2xsGrid[512] = {",
+        *packed_rows(iq2xs, "uint64_t"),
+        "};",
+        "",
+        "// IQ2_S: 1024 grid points of 8 magnitudes.",
+        "inline constexpr uint64_t kIq2sGrid[1024] = {",
+        *packed_rows(iq2s, "uint64_t"),
+        "};",
+        "",
+        "// IQ3_S: 512 grid points of 4 magnitudes.",
+        "inline constexpr uint32_t kIq3sGrid[512] = {",
+        *packed_rows(iq3s, "uint32_t"),
         "};",
         "",
         "// 7 stored sign bits -> 8 sign bits (bit j set: element j is negative); the 8th bit",

@@ -20,9 +20,10 @@
 namespace dq {
 namespace {
 
-const DType kNewTypes[] = {DType::kQ5_0,    DType::kQ5_1,  DType::kQ2_K, DType::kQ3_K,
-                           DType::kQ4_K,    DType::kQ5_K,  DType::kQ6_K, DType::kIQ2_XXS,
-                           DType::kIQ3_XXS, DType::kIQ4_NL};
+const DType kNewTypes[] = {DType::kQ5_0,    DType::kQ5_1,   DType::kQ2_K,   DType::kQ3_K,
+                           DType::kQ4_K,    DType::kQ5_K,   DType::kQ6_K,   DType::kIQ2_XXS,
+                           DType::kIQ3_XXS, DType::kIQ4_NL, DType::kIQ4_XS, DType::kIQ2_XS,
+                           DType::kIQ2_S,   DType::kIQ3_S};
 
 struct FieldOffsets {
   std::vector<int> scales;  // fp16 d
@@ -80,7 +81,8 @@ TEST(GgmlKquants, BlockSizesMatchGgml) {
       {DType::kQ5_0, {32, 22}},   {DType::kQ5_1, {32, 24}},     {DType::kQ2_K, {256, 84}},
       {DType::kQ3_K, {256, 110}}, {DType::kQ4_K, {256, 144}},   {DType::kQ5_K, {256, 176}},
       {DType::kQ6_K, {256, 210}}, {DType::kIQ2_XXS, {256, 66}}, {DType::kIQ3_XXS, {256, 98}},
-      {DType::kIQ4_NL, {32, 18}}};
+      {DType::kIQ4_NL, {32, 18}}, {DType::kIQ4_XS, {256, 136}}, {DType::kIQ2_XS, {256, 74}},
+      {DType::kIQ2_S, {256, 82}}, {DType::kIQ3_S, {256, 110}}};
   std::set<std::string> names;
   for (DType t : kNewTypes) {
     EXPECT_EQ(DTypeBlockElems(t), ggml.at(t).first) << DTypeName(t);
@@ -88,7 +90,8 @@ TEST(GgmlKquants, BlockSizesMatchGgml) {
     names.insert(DTypeName(t));
   }
   EXPECT_EQ(names, (std::set<std::string>{"q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
-                                          "iq2_xxs", "iq3_xxs", "iq4_nl"}));
+                                          "iq2_xxs", "iq3_xxs", "iq4_nl", "iq4_xs", "iq2_xs",
+                                          "iq2_s", "iq3_s"}));
   EXPECT_EQ(DTypeRowBytes(DType::kQ6_K, 1536), 6 * 210);
 }
 
@@ -98,10 +101,11 @@ TEST(GgufGgmlTypes, GgufPyFileDequantizesBitExact) {
   auto f = GgufFile::Open(std::string(DQ_SOURCE_DIR) + "/tests/fixtures/quant/ggml_types.gguf");
   ASSERT_TRUE(f.ok()) << f.status();
   const std::map<std::string, DType> by_prefix = {
-      {"q5_0", DType::kQ5_0},    {"q5_1", DType::kQ5_1},       {"q2_k", DType::kQ2_K},
-      {"q3_k", DType::kQ3_K},    {"q4_k", DType::kQ4_K},       {"q5_k", DType::kQ5_K},
-      {"q6_k", DType::kQ6_K},    {"iq2_xxs", DType::kIQ2_XXS}, {"iq3_xxs", DType::kIQ3_XXS},
-      {"iq4_nl", DType::kIQ4_NL}};
+      {"q5_0", DType::kQ5_0},     {"q5_1", DType::kQ5_1},       {"q2_k", DType::kQ2_K},
+      {"q3_k", DType::kQ3_K},     {"q4_k", DType::kQ4_K},       {"q5_k", DType::kQ5_K},
+      {"q6_k", DType::kQ6_K},     {"iq2_xxs", DType::kIQ2_XXS}, {"iq3_xxs", DType::kIQ3_XXS},
+      {"iq4_nl", DType::kIQ4_NL}, {"iq4_xs", DType::kIQ4_XS},   {"iq2_xs", DType::kIQ2_XS},
+      {"iq2_s", DType::kIQ2_S},   {"iq3_s", DType::kIQ3_S}};
   std::set<DType> seen;
   for (const TensorView& t : (*f)->tensors()) {
     if (t.name.ends_with(".expected")) continue;
