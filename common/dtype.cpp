@@ -54,6 +54,10 @@ const char* DTypeName(DType t) {
       return "iq2_s";
     case DType::kIQ3_S:
       return "iq3_s";
+    case DType::kIQ1_S:
+      return "iq1_s";
+    case DType::kIQ1_M:
+      return "iq1_m";
   }
   return "?";
 }
@@ -78,6 +82,8 @@ int64_t DTypeBlockElems(DType t) {
     case DType::kIQ2_XS:
     case DType::kIQ2_S:
     case DType::kIQ3_S:
+    case DType::kIQ1_S:
+    case DType::kIQ1_M:
       return 256;
     default:
       return 1;
@@ -134,6 +140,10 @@ int64_t DTypeBlockBytes(DType t) {
       return 82;
     case DType::kIQ3_S:
       return 110;
+    case DType::kIQ1_S:
+      return 50;
+    case DType::kIQ1_M:
+      return 56;
   }
   return 0;
 }

@@ -36,6 +36,8 @@ enum class DType : uint8_t {
   kIQ2_XS,   // 256 values in 74 bytes
   kIQ2_S,    // 256 values in 82 bytes
   kIQ3_S,    // 256 values in 110 bytes
+  kIQ1_S,    // 256 values in 50 bytes
+  kIQ1_M,    // 256 values in 56 bytes
 };
 
 const char* DTypeName(DType t);

@@ -74,6 +74,8 @@ std::optional<DType> DTypeFromGgml(uint32_t t) {
       return DType::kIQ2_XS;
     case 18:
       return DType::kIQ3_XXS;
+    case 19:
+      return DType::kIQ1_S;
     case 20:
       return DType::kIQ4_NL;
     case 21:
@@ -82,6 +84,8 @@ std::optional<DType> DTypeFromGgml(uint32_t t) {
       return DType::kIQ2_S;
     case 23:
       return DType::kIQ4_XS;
+    case 29:
+      return DType::kIQ1_M;
     case 30:
       return DType::kBF16;
     default:
@@ -321,8 +325,8 @@ class GgufParser {
       return Error(
           absl::StrCat("unsupported tensor type ", type, " (", GgmlTypeName(type), ") for ", what,
                        "; supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, "
-                       "Q4_K, Q5_K, Q6_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL, "
-                       "IQ4_XS "
+                       "Q4_K, Q5_K, Q6_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, "
+                       "IQ3_S, IQ4_NL, IQ4_XS "
                        "(re-quantize the model to one of these)"));
     }
     t.dtype = *dtype;

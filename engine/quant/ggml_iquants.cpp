@@ -15,6 +15,9 @@ constexpr int kIQ4_XSBytes = 136;
 constexpr int kIQ2_XSBytes = 74;
 constexpr int kIQ2_SBytes = 82;
 constexpr int kIQ3_SBytes = 110;
+constexpr int kIQ1_SBytes = 50;
+constexpr int kIQ1_MBytes = 56;
+constexpr float kIq1Delta = 0.125f;
 
 // Element j of a 32-value block's 16 nibble bytes: low nibbles hold 0..15, high ones 16..31.
 inline int Nibble(const uint8_t* qs, int j) { return j < 16 ? qs[j] & 15 : qs[j - 16] >> 4; }
@@ -164,6 +167,52 @@ void DequantIQ3_SRef(const uint8_t* src, float* dst, int64_t nblocks) {
       const int idx = qs[i] | ((qh[i / 8] >> (i % 8)) & 1) << 8;
       const float db = d * static_cast<float>(1 + 2 * Nibble4(scales, i / 8));
       GridGroup(db, kIq3sGrid[idx], (signs[i / 2] >> (4 * (i % 2))) & 15, 4, dst);
+    }
+  }
+}
+
+namespace {
+
+// 8 values of IQ1 grid point `idx` shifted by `delta`, times dl: gguf-py's dl * (grid + delta).
+inline void Iq1Group(float dl, int idx, float delta, float* dst) {
+  for (int j = 0; j < 8; ++j) {
+    const auto g = static_cast<int8_t>((kIq1Grid[idx] >> (8 * j)) & 0xFF);
+    dst[j] = dl * (static_cast<float>(g) + delta);
+  }
+}
+
+}  // namespace
+
+void DequantIQ1_SRef(const uint8_t* src, float* dst, int64_t nblocks) {
+  for (int64_t b = 0; b < nblocks; ++b, src += kIQ1_SBytes) {
+    const float d = LoadF16(src);
+    const uint8_t* qs = src + 2;
+    for (int g = 0; g < 8; ++g) {  // 8 groups of 4 codes (32 values)
+      const uint32_t qh = LoadU16(src + 34 + 2 * g);
+      const float dl = d * static_cast<float>(2 * ((qh >> 12) & 7) + 1);
+      const float delta = (qh & 0x8000) == 0 ? kIq1Delta : -kIq1Delta;
+      for (int k = 0; k < 4; ++k, dst += 8) {
+        Iq1Group(dl, qs[4 * g + k] | static_cast<int>((qh >> (3 * k)) & 7) << 8, delta, dst);
+      }
+    }
+  }
+}
+
+void DequantIQ1_MRef(const uint8_t* src, float* dst, int64_t nblocks) {
+  for (int64_t b = 0; b < nblocks; ++b, src += kIQ1_MBytes) {
+    const uint8_t* qs = src;
+    const uint8_t* qh = src + 32;
+    uint16_t sc[4];
+    for (int i = 0; i < 4; ++i) sc[i] = LoadU16(src + 48 + 2 * i);
+    // The fp16 scale is spread over the top nibbles of the four scale words.
+    const uint16_t d_bits = static_cast<uint16_t>((sc[0] & 0xF000) >> 12 | (sc[1] & 0xF000) >> 8 |
+                                                  (sc[2] & 0xF000) >> 4 | (sc[3] & 0xF000));
+    const float d = F16ToF32(d_bits);
+    for (int i = 0; i < 32; ++i, dst += 8) {  // code i; 3-bit scale i / 2
+      const int s = (sc[i / 8] >> (3 * ((i / 2) % 4))) & 7;
+      const float dl = d * static_cast<float>(2 * s + 1);
+      const int nib = (qh[i / 2] >> (4 * (i % 2))) & 15;
+      Iq1Group(dl, qs[i] | (nib & 7) << 8, (nib & 8) == 0 ? kIq1Delta : -kIq1Delta, dst);
     }
   }
 }

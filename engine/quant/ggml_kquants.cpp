@@ -129,6 +129,12 @@ bool DequantizeBlocksRef(DType t, const uint8_t* src, float* dst, int64_t nblock
     case DType::kIQ3_S:
       DequantIQ3_SRef(src, dst, nblocks);
       return true;
+    case DType::kIQ1_S:
+      DequantIQ1_SRef(src, dst, nblocks);
+      return true;
+    case DType::kIQ1_M:
+      DequantIQ1_MRef(src, dst, nblocks);
+      return true;
     default:
       return false;
   }

@@ -53,6 +53,14 @@
 //     elements 4i .. + 3: kIq3sGrid[qs[i] | ((qh[i / 8] >> (i % 8)) & 1) << 8], sign bit of
 //     element e is bit e % 8 of signs[e / 8]; the 32-value group i / 8 scales by
 //     d * (1 + 2 * nibble). x = (d * (1 + 2 * scale)) * grid * sign.
+//   IQ1_S (50 bytes): fp16 d; u8 qs[32]; u16 qh[8]. Group g (32 values, 4 codes) takes from
+//     qh[g] its scale (qh >> 12) & 7, its delta sign (bit 15: -0.125, else +0.125) and each
+//     code k's top index bits (qh >> 3k) & 7; code 4g + k indexes kIq1Grid (values -1, 0, 1) with
+//     qs[4g + k] | bits << 8. x = (d * (2 * scale + 1)) * (grid + delta).
+//   IQ1_M (56 bytes): u8 qs[32]; u8 qh[16]; u16 scales[4]. The fp16 d is the four words' top
+//     nibbles (word w's at bits 4w); code i's 3-bit scale is (scales[i / 8] >> 3((i / 2) % 4))
+//     & 7, its nibble (qh[i / 2] >> 4(i % 2)) & 15 gives the top index bits (low 3) and the delta
+//     sign (bit 3). x as IQ1_S.
 #pragma once
 
 #include <cstdint>
@@ -100,6 +108,8 @@ void DequantIQ4_XSRef(const uint8_t* src, float* dst, int64_t nblocks);
 void DequantIQ2_XSRef(const uint8_t* src, float* dst, int64_t nblocks);
 void DequantIQ2_SRef(const uint8_t* src, float* dst, int64_t nblocks);
 void DequantIQ3_SRef(const uint8_t* src, float* dst, int64_t nblocks);
+void DequantIQ1_SRef(const uint8_t* src, float* dst, int64_t nblocks);
+void DequantIQ1_MRef(const uint8_t* src, float* dst, int64_t nblocks);
 
 // The reference for any type above; false if `t` is not one of them. Tests use it to check the
 // portable code on machines where DequantizeRow takes the vector path.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes engine/quant/ggml_iq_tables.h: the lookup tables that are part of the ggml i-quant
-formats (the IQ2_XXS / IQ2_XS / IQ2_S / IQ3_XXS / IQ3_S grids, the shared sign table, IQ4_NL's
+formats (the IQ1_S / IQ1_M, IQ2_XXS / IQ2_XS / IQ2_S and IQ3_XXS / IQ3_S grids, the shared sign table, IQ4_NL's
 and IQ4_XS's non-linear levels).
 
 The tables are data of the format definition, not code, so they are read from an independent
@@ -27,6 +27,15 @@ def grid_bytes(cls) -> np.ndarray:
     return b
 
 
+def grid_signed_bytes(cls) -> np.ndarray:
+    """IQ1's grid (values -1, 0, 1) as int8 bytes, two's complement in uint8 [rows, cols]."""
+    cls.init_grid()
+    g = np.asarray(cls.grid, dtype=np.float32).reshape(cls.grid_shape)
+    b = g.astype(np.int8)
+    assert np.array_equal(b.astype(np.float32), g), "grid values must be small integers"
+    return b.view(np.uint8)
+
+
 def packed_rows(rows: np.ndarray, ctype: str) -> list[str]:
     """Each row's bytes as one little-endian integer literal (element j in byte j)."""
     width = rows.shape[1] * 2
@@ -51,6 +60,9 @@ def main() -> None:
     iq2s = grid_bytes(quants.IQ2_S)
     iq3s = grid_bytes(quants.IQ3_S)
     assert iq2xs.shape == (512, 8) and iq2s.shape == (1024, 8) and iq3s.shape == (512, 4)
+    iq1 = grid_signed_bytes(quants.IQ1_S)
+    assert iq1.shape == (2048, 8) and np.array_equal(iq1, grid_signed_bytes(quants.IQ1_M))
+    assert quants.IQ1_S.delta == quants.IQ1_M.delta == 0.125
     ksigns = np.frombuffer(quants.IQ2_XXS.ksigns, dtype=np.uint8)
     kvalues = quants.IQ4_NL.kvalues
     assert iq2.shape == (256, 8) and iq3.shape == (256, 4) and ksigns.size == 128
@@ -87,6 +99,11 @@ def main() -> None:
         "// IQ3_S: 512 grid points of 4 magnitudes.",
         "inline constexpr uint32_t kIq3sGrid[512] = {",
         *packed_rows(iq3s, "uint32_t"),
+        "};",
+        "",
+        "// IQ1_S / IQ1_M: 2048 grid points of 8 values in {-1, 0, 1} (int8 bytes).",
+        "inline constexpr uint64_t kIq1Grid[2048] = {",
+        *packed_rows(iq1, "uint64_t"),
         "};",
         "",
         "// 7 stored sign bits -> 8 sign bits (bit j set: element j is negative); the 8th bit",

@@ -23,7 +23,7 @@ namespace {
 const DType kNewTypes[] = {DType::kQ5_0,    DType::kQ5_1,   DType::kQ2_K,   DType::kQ3_K,
                            DType::kQ4_K,    DType::kQ5_K,   DType::kQ6_K,   DType::kIQ2_XXS,
                            DType::kIQ3_XXS, DType::kIQ4_NL, DType::kIQ4_XS, DType::kIQ2_XS,
-                           DType::kIQ2_S,   DType::kIQ3_S};
+                           DType::kIQ2_S,   DType::kIQ3_S,  DType::kIQ1_S,  DType::kIQ1_M};
 
 struct FieldOffsets {
   std::vector<int> scales;  // fp16 d
@@ -43,6 +43,8 @@ FieldOffsets Fp16Fields(DType t) {
       return {{108}, {}};
     case DType::kQ6_K:
       return {{208}, {}};
+    case DType::kIQ1_M:
+      return {{}, {}};  // its d is spread over the scale words' top nibbles (RandomRow)
     default:
       return {{0}, {}};
   }
@@ -64,6 +66,13 @@ std::vector<uint8_t> RandomRow(DType t, int64_t n, std::mt19937& rng) {
       const uint16_t h = F32ToF16(normal(rng) * 0.1f);
       std::memcpy(&row[b * bb + off], &h, 2);
     }
+    if (t == DType::kIQ1_M) {  // word w of the scales at 48 holds bits 4w..4w+3 of d on top
+      const uint16_t h = F32ToF16(normal(rng) * 0.05f);
+      for (int w = 0; w < 4; ++w) {
+        uint8_t* top = &row[b * bb + 48 + 2 * w + 1];
+        *top = static_cast<uint8_t>((*top & 0x0F) | ((h >> (4 * w)) & 0xF) << 4);
+      }
+    }
   }
   return row;
 }
@@ -82,7 +91,8 @@ TEST(GgmlKquants, BlockSizesMatchGgml) {
       {DType::kQ3_K, {256, 110}}, {DType::kQ4_K, {256, 144}},   {DType::kQ5_K, {256, 176}},
       {DType::kQ6_K, {256, 210}}, {DType::kIQ2_XXS, {256, 66}}, {DType::kIQ3_XXS, {256, 98}},
       {DType::kIQ4_NL, {32, 18}}, {DType::kIQ4_XS, {256, 136}}, {DType::kIQ2_XS, {256, 74}},
-      {DType::kIQ2_S, {256, 82}}, {DType::kIQ3_S, {256, 110}}};
+      {DType::kIQ2_S, {256, 82}}, {DType::kIQ3_S, {256, 110}},  {DType::kIQ1_S, {256, 50}},
+      {DType::kIQ1_M, {256, 56}}};
   std::set<std::string> names;
   for (DType t : kNewTypes) {
     EXPECT_EQ(DTypeBlockElems(t), ggml.at(t).first) << DTypeName(t);
@@ -91,7 +101,7 @@ TEST(GgmlKquants, BlockSizesMatchGgml) {
   }
   EXPECT_EQ(names, (std::set<std::string>{"q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
                                           "iq2_xxs", "iq3_xxs", "iq4_nl", "iq4_xs", "iq2_xs",
-                                          "iq2_s", "iq3_s"}));
+                                          "iq2_s", "iq3_s", "iq1_s", "iq1_m"}));
   EXPECT_EQ(DTypeRowBytes(DType::kQ6_K, 1536), 6 * 210);
 }
 
@@ -105,7 +115,8 @@ TEST(GgufGgmlTypes, GgufPyFileDequantizesBitExact) {
       {"q3_k", DType::kQ3_K},     {"q4_k", DType::kQ4_K},       {"q5_k", DType::kQ5_K},
       {"q6_k", DType::kQ6_K},     {"iq2_xxs", DType::kIQ2_XXS}, {"iq3_xxs", DType::kIQ3_XXS},
       {"iq4_nl", DType::kIQ4_NL}, {"iq4_xs", DType::kIQ4_XS},   {"iq2_xs", DType::kIQ2_XS},
-      {"iq2_s", DType::kIQ2_S},   {"iq3_s", DType::kIQ3_S}};
+      {"iq2_s", DType::kIQ2_S},   {"iq3_s", DType::kIQ3_S},     {"iq1_s", DType::kIQ1_S},
+      {"iq1_m", DType::kIQ1_M}};
   std::set<DType> seen;
   for (const TensorView& t : (*f)->tensors()) {
     if (t.name.ends_with(".expected")) continue;

@@ -250,7 +250,7 @@ TEST(GgufFile, CorruptTensorInfoFails) {
     EXPECT_THAT(s.message(), HasSubstr(needle)) << s;
   };
   check(f32, 5, 4, "has 5 dimensions; at most 4");
-  check(f32 + 4 + 16, 19, 4, "unsupported tensor type 19 (IQ1_S) for tensor 'f32.weight'");
+  check(f32 + 4 + 16, 34, 4, "unsupported tensor type 34 (TQ1_0) for tensor 'f32.weight'");
   check(f32 + 4 + 16, 1000, 4, "unsupported tensor type 1000");
   check(f32 + 4 + 16 + 4, uint64_t{1} << 40, 8, "runs past the end of the file");
   check(f32 + 4 + 16 + 4, 4, 8, "not a multiple of the alignment");
