@@ -245,6 +245,14 @@ def check_compose(name, services, roles, cfg, toml=TOML, gpus_of=GPUS):
         check(toml_mount is not None and os.path.realpath(toml_mount[0]) == toml
               and toml_mount[2], f"{name}/{n}: {os.path.relpath(toml, SRC)} mounted read-only")
         check("/models" in mounts and mounts["/models"][2], f"{name}/{n}: /models read-only")
+        # TLS between the router and the workers (deploy/make-worker-tls.sh): the files mounted
+        # read-only, the variables that point at them passed through (empty: plaintext).
+        env = svc.get("environment", {})
+        tls_env = (["DQ_WORKER_TLS_CA", "DQ_WORKER_TLS_NAME"] if r.role == "router"
+                   else ["DQ_WORKER_TLS_CERT", "DQ_WORKER_TLS_KEY"])
+        check("/etc/dqserve/tls" in mounts and mounts["/etc/dqserve/tls"][2]
+              and all(k in env for k in tls_env),
+              f"{name}/{n}: TLS files mounted read-only, {', '.join(tls_env)} passed through")
         check(svc.get("restart") in ("unless-stopped", "always", "on-failure"),
               f"{name}/{n}: restart policy {svc.get('restart')}")
         devices = (svc.get("deploy", {}).get("resources", {}).get("reservations", {})
