@@ -27,37 +27,46 @@ absl::StatusOr<std::string> ReadPem(const char* env, const std::string& path) {
   return pem;
 }
 
+// The PEM text `env` names: inline in env + "_PEM", or in the file at env's path; "" when
+// neither is set.
+absl::StatusOr<std::string> PemFromEnv(const char* env) {
+  const std::string inline_name = absl::StrCat(env, "_PEM");
+  const std::string text = Env(inline_name.c_str());
+  if (!text.empty()) {
+    if (text.find("-----BEGIN ") == std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          inline_name, " holds no PEM block; give the file's text, BEGIN line and all"));
+    }
+    return text;
+  }
+  const std::string path = Env(env);
+  if (path.empty()) return std::string();
+  return ReadPem(env, path);
+}
+
 }  // namespace
 
 absl::StatusOr<WorkerTlsServer> WorkerTlsServerFromEnv() {
-  const std::string cert = Env(kWorkerTlsCertEnv);
-  const std::string key = Env(kWorkerTlsKeyEnv);
-  WorkerTlsServer tls;
-  if (cert.empty() && key.empty()) return tls;
-  if (cert.empty() || key.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("set both ", kWorkerTlsCertEnv, " and ",
-                                                   kWorkerTlsKeyEnv,
-                                                   " (the worker's certificate and "
-                                                   "its private key) or neither"));
+  absl::StatusOr<std::string> cert = PemFromEnv(kWorkerTlsCertEnv);
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = PemFromEnv(kWorkerTlsKeyEnv);
+  if (!key.ok()) return key.status();
+  if (cert->empty() != key->empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("set both ", kWorkerTlsCertEnv, " and ", kWorkerTlsKeyEnv,
+                     " (the worker's certificate and "
+                     "its private key; or their _PEM forms) or neither"));
   }
-  auto cert_pem = ReadPem(kWorkerTlsCertEnv, cert);
-  if (!cert_pem.ok()) return cert_pem.status();
-  auto key_pem = ReadPem(kWorkerTlsKeyEnv, key);
-  if (!key_pem.ok()) return key_pem.status();
-  tls.cert_pem = std::move(*cert_pem);
-  tls.key_pem = std::move(*key_pem);
-  return tls;
+  return WorkerTlsServer{std::move(*cert), std::move(*key)};
 }
 
 absl::StatusOr<WorkerTlsClient> WorkerTlsClientFromEnv() {
   WorkerTlsClient tls;
   const std::string name = Env(kWorkerTlsNameEnv);
   if (!name.empty()) tls.name = name;
-  const std::string ca = Env(kWorkerTlsCaEnv);
-  if (ca.empty()) return tls;
-  auto pem = ReadPem(kWorkerTlsCaEnv, ca);
-  if (!pem.ok()) return pem.status();
-  tls.ca_pem = std::move(*pem);
+  absl::StatusOr<std::string> ca = PemFromEnv(kWorkerTlsCaEnv);
+  if (!ca.ok()) return ca.status();
+  tls.ca_pem = std::move(*ca);
   return tls;
 }
 

@@ -11,6 +11,9 @@
 
 namespace dq {
 
+// Each file may instead come inline, as PEM text in the same name with _PEM appended
+// (DQ_WORKER_TLS_CERT_PEM, ...): what a Kubernetes secret maps into the environment, optional
+// like the worker key's (unset: plaintext). The inline form wins where both are set.
 // Worker side: its certificate chain and private key (PEM files). Both or neither.
 inline constexpr char kWorkerTlsCertEnv[] = "DQ_WORKER_TLS_CERT";
 inline constexpr char kWorkerTlsKeyEnv[] = "DQ_WORKER_TLS_KEY";
@@ -33,7 +36,8 @@ struct WorkerTlsClient {
 };
 
 // The worker's files from DQ_WORKER_TLS_CERT / _KEY (neither set: disabled). InvalidArgument
-// when only one is set, NotFound naming a file that cannot be read or holds no PEM block.
+// when only one is set or inline text holds no PEM block, NotFound naming a file that cannot be
+// read or holds none.
 absl::StatusOr<WorkerTlsServer> WorkerTlsServerFromEnv();
 // The router's from DQ_WORKER_TLS_CA / _NAME (no CA: disabled), with the same errors.
 absl::StatusOr<WorkerTlsClient> WorkerTlsClientFromEnv();

@@ -22,6 +22,7 @@ DQ_TLS_DIR=$(cd "$dir" && pwd)
 DQ_WORKER_TLS_CERT=/etc/dqserve/tls/worker.pem
 DQ_WORKER_TLS_KEY=/etc/dqserve/tls/worker.key
 DQ_WORKER_TLS_CA=/etc/dqserve/tls/worker.pem
-# Kubernetes: kubectl create secret generic dqserve-worker-tls \\
-#   --from-file=worker.pem=$dir/worker.pem --from-file=worker.key=$dir/worker.key
+# Kubernetes (deploy/k8s maps the secret into DQ_WORKER_TLS_*_PEM):
+#   kubectl create secret generic dqserve-worker-tls \\
+#     --from-file=worker.pem=$dir/worker.pem --from-file=worker.key=$dir/worker.key
 ENV

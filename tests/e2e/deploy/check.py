@@ -438,6 +438,16 @@ def check_k8s(toml_text, ref, ref_ports, cfg):
             mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
             check("/models" in mounts and "/etc/dqserve" in mounts,
                   f"{d}/{o['metadata']['name']}: /models and the config mounted")
+            # TLS with the router from the optional secret dqserve-worker-tls, inline PEM.
+            refs = {e["name"]: e.get("valueFrom", {}).get("secretKeyRef", {})
+                    for e in c.get("env", [])}
+            want = ({"DQ_WORKER_TLS_CA_PEM": "worker.pem"} if role == "router" else
+                    {"DQ_WORKER_TLS_CERT_PEM": "worker.pem", "DQ_WORKER_TLS_KEY_PEM": "worker.key"})
+            check(all(refs.get(k, {}).get("name") == "dqserve-worker-tls"
+                      and refs[k].get("key") == v and refs[k].get("optional") for k, v in
+                      want.items()),
+                  f"{d}/{o['metadata']['name']}: {', '.join(want)} from the optional secret "
+                  "dqserve-worker-tls")
         resolve = lambda host: (host if host == "dq-prefill" else  # noqa: E731
                                 f"dq-decode-{m.group(1)}"
                                 if (m := re.fullmatch(r"dq-decode-(\d+)\.dq-decode", host))
