@@ -361,6 +361,8 @@ BlockKernels GgmlKernels(DType t) {
       return {ggml::DequantIQ2_XXSAvx2, ggml::DotIQ2_XXSAvx2};
     case DType::kIQ3_XXS:
       return {ggml::DequantIQ3_XXSAvx2, ggml::DotIQ3_XXSAvx2};
+    case DType::kIQ4_XS:
+      return {ggml::DequantIQ4_XSAvx2, ggml::DotIQ4_XSAvx2};
     default:
       return {};
   }

@@ -1,5 +1,5 @@
 // Q5_0, Q5_1, IQ4_NL, IQ4_XS and the IQ2/IQ3 grids (layouts in ggml_kquants.h): portable
-// references, and AVX2 kernels for IQ4_NL, IQ2_XXS and IQ3_XXS.
+// references, and AVX2 kernels for IQ4_NL, IQ4_XS, IQ2_XXS and IQ3_XXS.
 #include "engine/quant/ggml_iq_tables.h"
 #include "engine/quant/ggml_kquants.h"
 
@@ -298,23 +298,49 @@ void Q5Rows(const uint8_t* src, Sink<kDot>& s, int64_t nblocks) {
   }
 }
 
-// IQ4_NL: each nibble picks one of 16 levels; two 8-lane permutes plus a blend on bit 3 look
-// all of them up without leaving registers.
+// IQ4_NL's 16 levels as two 8-lane vectors: each nibble picks one; two permutes plus a blend
+// on bit 3 look all of them up without leaving registers.
+struct Iq4Levels {
+  __m256 lo, hi;
+  Iq4Levels() {
+    alignas(32) float levels[16];
+    for (int i = 0; i < 16; ++i) levels[i] = static_cast<float>(kIq4nlValues[i]);
+    lo = _mm256_load_ps(levels);
+    hi = _mm256_load_ps(levels + 8);
+  }
+  __m256 operator()(__m256i q) const {
+    const __m256 upper = _mm256_castsi256_ps(_mm256_slli_epi32(q, 28));
+    return _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, q), _mm256_permutevar8x32_ps(hi, q),
+                            upper);
+  }
+};
+
 template <bool kDot>
 void IQ4_NLRows(const uint8_t* src, Sink<kDot>& s, int64_t nblocks) {
-  alignas(32) float levels[16];
-  for (int i = 0; i < 16; ++i) levels[i] = static_cast<float>(kIq4nlValues[i]);
-  const __m256 lo = _mm256_load_ps(levels);
-  const __m256 hi = _mm256_load_ps(levels + 8);
+  const Iq4Levels level;
   __m256i q[4];
   for (int64_t b = 0; b < nblocks; ++b, src += kIQ4_NLBytes, s.Advance(kQK)) {
     Nibbles(src + 2, q);
     const __m256 d = BroadcastF16(src);
-    for (int k = 0; k < 4; ++k) {
-      const __m256 upper = _mm256_castsi256_ps(_mm256_slli_epi32(q[k], 28));
-      const __m256 v = _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, q[k]),
-                                        _mm256_permutevar8x32_ps(hi, q[k]), upper);
-      s.Put(k, 8 * k, _mm256_mul_ps(d, v));
+    for (int k = 0; k < 4; ++k) s.Put(k, 8 * k, _mm256_mul_ps(d, level(q[k])));
+  }
+}
+
+// IQ4_XS: IQ4_NL's nibbles in 32-value sub-blocks, each with its 6-bit scale (d * scale
+// rounded once, as the reference does).
+template <bool kDot>
+void IQ4_XSRows(const uint8_t* src, Sink<kDot>& s, int64_t nblocks) {
+  const Iq4Levels level;
+  __m256i q[4];
+  for (int64_t b = 0; b < nblocks; ++b, src += kIQ4_XSBytes) {
+    const float d = LoadF16(src);
+    const uint32_t scales_h = LoadU16(src + 2);
+    for (int ib = 0; ib < 8; ++ib, s.Advance(kQK)) {
+      const int low = (src[4 + ib / 2] >> (4 * (ib % 2))) & 15;
+      const int scale = (low | static_cast<int>((scales_h >> (2 * ib)) & 3) << 4) - 32;
+      const __m256 dl = _mm256_set1_ps(d * static_cast<float>(scale));
+      Nibbles(src + 8 + 16 * ib, q);
+      for (int k = 0; k < 4; ++k) s.Put(k, 8 * k, _mm256_mul_ps(dl, level(q[k])));
     }
   }
 }
@@ -388,6 +414,19 @@ float DotIQ4_NLAvx2(const uint8_t* row, const float* x, int64_t nblocks) {
   Sink<true> s;
   s.x = x;
   IQ4_NLRows(row, s, nblocks);
+  return s.Sum();
+}
+
+void DequantIQ4_XSAvx2(const uint8_t* src, float* dst, int64_t nblocks) {
+  Sink<false> s;
+  s.y = dst;
+  IQ4_XSRows(src, s, nblocks);
+}
+
+float DotIQ4_XSAvx2(const uint8_t* row, const float* x, int64_t nblocks) {
+  Sink<true> s;
+  s.x = x;
+  IQ4_XSRows(row, s, nblocks);
   return s.Sum();
 }
 

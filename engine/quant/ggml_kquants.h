@@ -128,6 +128,7 @@ void DequantQ5_KAvx2(const uint8_t* src, float* dst, int64_t nblocks);
 void DequantQ6_KAvx2(const uint8_t* src, float* dst, int64_t nblocks);
 void DequantIQ2_XXSAvx2(const uint8_t* src, float* dst, int64_t nblocks);
 void DequantIQ3_XXSAvx2(const uint8_t* src, float* dst, int64_t nblocks);
+void DequantIQ4_XSAvx2(const uint8_t* src, float* dst, int64_t nblocks);
 float DotQ5_0Avx2(const uint8_t* row, const float* x, int64_t nblocks);
 float DotQ5_1Avx2(const uint8_t* row, const float* x, int64_t nblocks);
 float DotIQ4_NLAvx2(const uint8_t* row, const float* x, int64_t nblocks);
@@ -138,6 +139,7 @@ float DotQ5_KAvx2(const uint8_t* row, const float* x, int64_t nblocks);
 float DotQ6_KAvx2(const uint8_t* row, const float* x, int64_t nblocks);
 float DotIQ2_XXSAvx2(const uint8_t* row, const float* x, int64_t nblocks);
 float DotIQ3_XXSAvx2(const uint8_t* row, const float* x, int64_t nblocks);
+float DotIQ4_XSAvx2(const uint8_t* row, const float* x, int64_t nblocks);
 #endif
 
 }  // namespace dq::ggml
