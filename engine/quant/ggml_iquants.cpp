@@ -33,6 +33,13 @@ inline float GridByte(uint64_t point, int j) {
   return static_cast<float>((point >> (8 * j)) & 0xFF);
 }
 
+// The signed 6-bit scale of IQ4_XS sub-block ib (0..7) of `block`: its low nibble in
+// scales_l, its top 2 bits in scales_h, less 32.
+inline int Iq4XsScale(const uint8_t* block, int ib) {
+  const int low = (block[4 + ib / 2] >> (4 * (ib % 2))) & 15;
+  return (low | static_cast<int>((LoadU16(block + 2) >> (2 * ib)) & 3) << 4) - 32;
+}
+
 // The 4-bit scale of group g from nibble-packed bytes (low nibble first).
 inline int Nibble4(const uint8_t* scales, int g) { return (scales[g / 2] >> (4 * (g % 2))) & 15; }
 
@@ -117,11 +124,8 @@ void DequantIQ3_XXSRef(const uint8_t* src, float* dst, int64_t nblocks) {
 void DequantIQ4_XSRef(const uint8_t* src, float* dst, int64_t nblocks) {
   for (int64_t b = 0; b < nblocks; ++b, src += kIQ4_XSBytes) {
     const float d = LoadF16(src);
-    const uint32_t scales_h = LoadU16(src + 2);
     for (int ib = 0; ib < 8; ++ib, dst += kQK) {
-      const int low = (src[4 + ib / 2] >> (4 * (ib % 2))) & 15;
-      const int scale = (low | static_cast<int>((scales_h >> (2 * ib)) & 3) << 4) - 32;
-      const float dl = d * static_cast<float>(scale);
+      const float dl = d * static_cast<float>(Iq4XsScale(src, ib));
       for (int j = 0; j < kQK; ++j) {
         dst[j] = dl * static_cast<float>(kIq4nlValues[Nibble(src + 8 + 16 * ib, j)]);
       }
@@ -334,11 +338,8 @@ void IQ4_XSRows(const uint8_t* src, Sink<kDot>& s, int64_t nblocks) {
   __m256i q[4];
   for (int64_t b = 0; b < nblocks; ++b, src += kIQ4_XSBytes) {
     const float d = LoadF16(src);
-    const uint32_t scales_h = LoadU16(src + 2);
     for (int ib = 0; ib < 8; ++ib, s.Advance(kQK)) {
-      const int low = (src[4 + ib / 2] >> (4 * (ib % 2))) & 15;
-      const int scale = (low | static_cast<int>((scales_h >> (2 * ib)) & 3) << 4) - 32;
-      const __m256 dl = _mm256_set1_ps(d * static_cast<float>(scale));
+      const __m256 dl = _mm256_set1_ps(d * static_cast<float>(Iq4XsScale(src, ib)));
       Nibbles(src + 8 + 16 * ib, q);
       for (int k = 0; k < 4; ++k) s.Put(k, 8 * k, _mm256_mul_ps(dl, level(q[k])));
     }
