@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "common/logging.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/model_runner.h"
 
@@ -85,6 +86,7 @@ absl::Status Run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  dq::LogToStderr();
   CLI::App app{"dq-bench-cpu: CPU backend prefill/decode speed"};
   Options o;
   app.add_option("--model", o.model, "a .gguf file or HF checkpoint directory")->required();

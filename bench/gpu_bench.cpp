@@ -10,9 +10,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/kernel_profile.h"
+#include "common/logging.h"
 #include "engine/cuda/cuda_model.h"
 #include "engine/cuda/linear_fuse.h"
 #include "engine/model/decoder_model.h"
+#include "engine/quant/requantize.h"
 #include "nlohmann/json.hpp"
 
 namespace dq {
@@ -43,6 +45,7 @@ struct Format {
   std::string scheme;  // codec scheme ("" for bf16 / GGUF)
   int group = 0;
   ComputeMode mode = ComputeMode::kWeightOnly;
+  std::string lm_head = "bf16";  // "+lm_int4" after a decode format: the lm_head quantized
 };
 
 std::vector<float> Random(int64_t n, uint64_t seed, float scale) {
@@ -139,6 +142,9 @@ absl::StatusOr<ModelProgram> MakeWeights(const ModelConfig& c, const Format& f) 
   DQ_ASSIGN_OR_RETURN(w.embedding, Matrix(e, c.vocab_size));
   w.lm_head = w.embedding;  // tied (the copy shares nothing on the device either way)
   w.lm_head.data = w.lm_head.owned.data();
+  if (!KeepsStoredLmHead(f.lm_head)) {
+    DQ_ASSIGN_OR_RETURN(w.lm_head, RequantizeLinear(w.embedding, f.lm_head));
+  }
   w.final_norm.assign(c.hidden_size, 1.0f);
   w.Finalize();
   return w;
@@ -237,7 +243,22 @@ struct Options {
   std::string out = "gpu_bench.json";
 };
 
+absl::StatusOr<Format> ParseBaseFormat(const std::string& name, bool prefill);
+
+// A format name, for decode optionally followed by "+lm_" and an lm_head format
+// ("int2+lm_int4": int2 layers, the lm_head quantized to int4 at load).
 absl::StatusOr<Format> ParseFormat(const std::string& name, bool prefill) {
+  const size_t plus = name.find("+lm_");
+  if (plus == std::string::npos) return ParseBaseFormat(name, prefill);
+  if (prefill) return absl::InvalidArgumentError("+lm_ is for decode formats: " + name);
+  DQ_ASSIGN_OR_RETURN(Format f, ParseBaseFormat(name.substr(0, plus), prefill));
+  f.lm_head = name.substr(plus + 4);
+  DQ_RETURN_IF_ERROR(CheckLmHeadFormat(f.lm_head));
+  f.name = name;
+  return f;
+}
+
+absl::StatusOr<Format> ParseBaseFormat(const std::string& name, bool prefill) {
   if (name == "bf16" || name == "q4_k") return Format{name, "", 0, ComputeMode::kWeightOnly};
   if (name == "fp8") return Format{name, "fp8", 0, ComputeMode::kW8A8};
   if (name == "nvfp4") {
@@ -280,6 +301,7 @@ absl::StatusOr<nlohmann::json> RunFormat(const ModelConfig& c, const Format& f, 
   const double step_bytes = model.stats().weight_bytes - embedding;  // one row of it is read
   nlohmann::json r = {{"format", f.name},
                       {"compute", ComputeModeName(f.mode)},
+                      {"lm_head", f.lm_head},
                       {"device_weight_bytes", model.stats().weight_bytes},
                       {"fused_qkv_layers", model.stats().fused_qkv_layers},
                       {"fp8_attention", model.stats().fp8_attention}};
@@ -326,10 +348,13 @@ absl::StatusOr<nlohmann::json> RunFormat(const ModelConfig& c, const Format& f, 
 }
 
 int Main(int argc, char** argv) {
+  dq::LogToStderr();
   CLI::App app{"dq-bench-gpu: CUDA decode/prefill speed on a Qwen3-4B-shaped random model"};
   Options o;
   // expected(0, -1): a flag with no values turns that phase off (e.g. --prefill-formats).
-  app.add_option("--decode-formats", o.decode_formats, "formats for the decode runs")
+  app.add_option("--decode-formats", o.decode_formats,
+                 "formats for the decode runs (FORMAT+lm_F: the lm_head quantized to F, e.g. "
+                 "int2+lm_int4)")
       ->expected(0, -1);
   app.add_option("--prefill-formats", o.prefill_formats, "formats for the prefill runs")
       ->expected(0, -1);

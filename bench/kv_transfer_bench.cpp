@@ -35,6 +35,7 @@
 #ifdef DQ_BENCH_HAS_UCX
 #include "kvtransfer/ucx_transport.h"
 #endif
+#include "common/logging.h"
 #include "tests/unit/kvtransfer/two_process.h"
 
 namespace dq::bench {
@@ -542,6 +543,7 @@ int RunSender(const Options& o) {
 }  // namespace dq::bench
 
 int main(int argc, char** argv) {
+  dq::LogToStderr();
   dq::bench::Options o;
   CLI::App app{
       "dq-bench-kv: KV transfer bandwidth GPU -> GPU (nccl, ucx, tcp through pinned staging)"};

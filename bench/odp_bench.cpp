@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "common/logging.h"
 #include "engine/cuda/odp_backend.h"
 #include "engine/cuda/weight_stream.h"
 
@@ -431,6 +432,7 @@ void WriteMarkdown(const nlohmann::json& out, const Options& o, const std::strin
 }
 
 int Main(int argc, char** argv) {
+  dq::LogToStderr();
   CLI::App app{"dq-bench-odp: TTFT of offloaded disaggregated prefill on a Qwen3-4B shape"};
   Options o;
   app.add_option("--lengths", o.lengths, "prompt lengths");

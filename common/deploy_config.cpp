@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/device_spec.h"
 #include "common/listen_port.h"
+#include "common/lm_head_format.h"
 
 namespace dq {
 namespace {
@@ -89,6 +90,7 @@ absl::Status ReadPhase(const toml::table& t, const std::string& name, PhaseConfi
     r.Get("draft_weights", &p->draft_weights);
     r.Get("draft_on_prefill", &p->draft_on_prefill);
     r.Get("batch_invariant", &p->batch_invariant);
+    r.Get("lm_head", &p->lm_head);
   }
   return r.Finish();
 }
@@ -207,6 +209,9 @@ absl::Status CheckValues(const DeployConfig& c) {
     return absl::InvalidArgumentError("[router] max_in_flight must be >= 1");
   if (c.decode.max_batch < 1) return absl::InvalidArgumentError("[decode] max_batch must be >= 1");
   DQ_RETURN_IF_ERROR(CheckDrafter(c));
+  if (absl::Status s = CheckLmHeadFormat(c.decode.lm_head); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("[decode] ", s.message()));
+  }
   if (c.decode.spec_k < 1 || c.decode.spec_k > 16) {
     return absl::InvalidArgumentError(
         absl::StrCat("[decode] spec_k must be in [1, 16], got ", c.decode.spec_k));

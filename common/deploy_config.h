@@ -81,6 +81,7 @@ struct PhaseConfig {
   std::string draft_weights;
   bool draft_on_prefill = true;
   bool batch_invariant = false;  // dq-decode --batch-invariant
+  std::string lm_head = "bf16";  // dq-decode --lm-head (common/lm_head_format.h)
 };
 
 // Offloaded disaggregated prefill (docs/odp.md): the decode weights stay resident on the GPU (and

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "common/device_spec.h"
+#include "common/lm_head_format.h"
 #include "common/logging.h"
 #include "common/worker_key.h"
 #include "decode_worker/decode_server.h"
@@ -71,6 +72,12 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "what decode wrote) or reprefill (keep the prompt's only)")
       ->check(CLI::IsMember({"reuse", "reprefill"}))
       ->capture_default_str();
+  app.add_option("--lm-head", f.model.lm_head,
+                 "the lm_head's format: bf16 (the checkpoint's own) or a weight-only scheme it "
+                 "is quantized to at load, int8, int4, int3, int2 or nvfp4 (docs/fidelity.md)")
+      ->check(CLI::IsMember(
+          std::vector<std::string>(dq::kLmHeadFormats.begin(), dq::kLmHeadFormats.end())))
+      ->capture_default_str();
   app.add_option("--cuda-kernels", f.model.cuda_kernels,
                  "GPU kernel choices as key=value pairs (docs/serving.md, Kernel options)");
   app.add_option("--speculative", f.server.speculative,
@@ -106,6 +113,7 @@ void LogIdentity(const dqserve::v1::WorkerIdentity& id) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  dq::LogToStderr();
   CLI::App app{"dq-decode: dqserve decode worker"};
   Flags f;
   f.model.kv_capacity_tokens = 16384;

@@ -233,6 +233,7 @@ int Run(Flags& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  dq::LogToStderr();
   CLI::App app{"dq-prefill: the dqserve prefill worker"};
   Flags flags;
   AddFlags(app, flags);

@@ -189,6 +189,7 @@ int Run(const Flags& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  dq::LogToStderr();
   CLI::App app{"dq-router: OpenAI-compatible front end of a disaggregated dqserve deployment"};
   Flags flags;
   AddFlags(app, flags);

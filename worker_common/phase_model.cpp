@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/model/odp_policy.h"
+#include "engine/quant/requantize.h"
 #include "worker_common/device_backend.h"
 
 namespace dq::worker {
@@ -53,6 +54,7 @@ absl::Status CheckFp8Attention(const PhaseModelOptions& o) {
 absl::StatusOr<std::unique_ptr<PhaseModel>> LoadPhaseModel(const PhaseModelOptions& o) {
   if (o.model.empty()) return absl::InvalidArgumentError("give --model (a .gguf file or HF dir)");
   DQ_RETURN_IF_ERROR(CheckFp8Attention(o));
+  DQ_RETURN_IF_ERROR(CheckLmHeadFormat(o.lm_head));
   auto pm = std::make_unique<PhaseModel>();
   DQ_ASSIGN_OR_RETURN(pm->device, ParseDeviceSpec(o.device));
   DQ_ASSIGN_OR_RETURN(
@@ -83,13 +85,13 @@ absl::StatusOr<std::unique_ptr<PhaseModel>> LoadPhaseModel(const PhaseModelOptio
   if (ro.kv_capacity == 0 && o.kv_capacity_contexts > 0) {
     ro.kv_capacity = std::max(o.kv_capacity_contexts * w.config.max_context, o.min_kv_tokens);
   }
-  const PhaseWeights phase{w.checkpoint.get(), &w.config, pm->mode};
+  const PhaseWeights phase{w.checkpoint.get(), &w.config, pm->mode, o.lm_head};
   if (o.odp.enabled) {
     // The streamed prefill checkpoint is the prefill phase; the resident one decodes (and
     // prefills short prompts).
     DQ_ASSIGN_OR_RETURN(pm->odp_resident, LoadOdpResident(o, *pm));
     const Model& r = *pm->odp_resident;
-    const PhaseWeights resident{r.checkpoint.get(), &r.config, ComputeMode::kWeightOnly};
+    const PhaseWeights resident{r.checkpoint.get(), &r.config, ComputeMode::kWeightOnly, o.lm_head};
     DQ_ASSIGN_OR_RETURN(pm->runner, ModelRunner::Create(phase, resident, ro));
   } else {
     DQ_ASSIGN_OR_RETURN(pm->runner, ModelRunner::Create(phase, phase, ro));

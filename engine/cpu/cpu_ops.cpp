@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "common/dtype.h"
 #include "engine/cpu/fp8_attention.h"
 #include "engine/cpu/vec_ops.h"
 #include "engine/quant/ggml_blocks.h"
@@ -41,7 +42,8 @@ void WeightRow(const LinearWeight& w, int64_t r, float* dst) {
   }
 }
 
-void MatMulTiled(const LinearWeight& w, const float* x, int64_t rows, float* y, ThreadPool& pool) {
+void MatMulTiled(const LinearWeight& w, const float* x, int64_t rows, float* y, ThreadPool& pool,
+                 bool bf16_weights = false) {
   const int64_t out = w.out_features, in = w.in_features;
   const int64_t tiles = (out + kRowTile - 1) / kRowTile;
   pool.ParallelFor(tiles, 1, [&](int64_t begin, int64_t end) {
@@ -50,6 +52,9 @@ void MatMulTiled(const LinearWeight& w, const float* x, int64_t rows, float* y, 
       const int64_t r0 = t * kRowTile;
       const int64_t nr = std::min(kRowTile, out - r0);
       for (int64_t i = 0; i < nr; ++i) WeightRow(w, r0 + i, &buf[i * in]);
+      if (bf16_weights) {
+        for (int64_t i = 0; i < nr * in; ++i) buf[i] = BF16ToF32(F32ToBF16(buf[i]));
+      }
       int64_t m = 0;
       if (nr == kRowTile) {
         for (; m + 3 <= rows; m += 3) {
@@ -69,7 +74,11 @@ void MatMulTiled(const LinearWeight& w, const float* x, int64_t rows, float* y, 
 
 }  // namespace
 
-void MatMul(const LinearWeight& w, const float* x, int64_t rows, float* y, ThreadPool& pool) {
+void MatMul(const LinearWeight& w, const float* x, int64_t rows, float* y, ThreadPool& pool,
+            bool bf16_weights) {
+  if (bf16_weights && w.mode == ComputeMode::kWeightOnly) {
+    return MatMulTiled(w, x, rows, y, pool, true);
+  }
   if (w.codec != nullptr) {
     if (w.mode == ComputeMode::kWeightOnly) return MatMulTiled(w, x, rows, y, pool);
     // W8A8 / W4A4: the product of quantized weights and quantized activations, computed on
@@ -135,6 +144,40 @@ void ApplyRope(float* x, int num_heads, int head_dim, int pos, const float* inv_
   }
 }
 
+namespace {
+
+// One query row of AttentionOptions::bf16_p_key_tile's attention: `keys` keys of `head_dim`,
+// key(p) and value(p) their rows.
+template <typename KeyFn, typename ValueFn>
+void Bf16TiledRow(const float* qh, int keys, int head_dim, int tile, float scale_log2,
+                  const KeyFn& key, const ValueFn& value, float* oh) {
+  float row_max = -INFINITY, row_sum = 0.0f;
+  std::fill(oh, oh + head_dim, 0.0f);
+  std::vector<float> v(tile);
+  for (int j0 = 0; j0 < keys; j0 += tile) {
+    const int n = std::min(tile, keys - j0);
+    float tile_max = -INFINITY;
+    for (int i = 0; i < n; ++i) {
+      v[i] = DotF32(qh, key(j0 + i), head_dim) * scale_log2;
+      tile_max = std::max(tile_max, v[i]);
+    }
+    const float m_new = std::max(row_max, tile_max);
+    const float alpha = std::exp2(row_max - m_new);
+    row_max = m_new;
+    row_sum *= alpha;
+    for (int d = 0; d < head_dim; ++d) oh[d] *= alpha;
+    for (int i = 0; i < n; ++i) {
+      const float p = std::exp2(v[i] - row_max);
+      row_sum += p;
+      Axpy(BF16ToF32(F32ToBF16(p)), value(j0 + i), oh, head_dim);
+    }
+  }
+  const float inv = 1.0f / row_sum;
+  for (int d = 0; d < head_dim; ++d) oh[d] *= inv;
+}
+
+}  // namespace
+
 void PagedAttention(const KvBlockPool& pool, int layer, std::span<const AttentionToken> tokens,
                     const float* q, int num_heads, float* out, ThreadPool& threads,
                     const AttentionOptions& options) {
@@ -155,6 +198,17 @@ void PagedAttention(const KvBlockPool& pool, int layer, std::span<const Attentio
       const float* qh = q + (w / num_heads) * q_stride + int64_t{h} * head_dim;
       float* oh = out + (w / num_heads) * q_stride + int64_t{h} * head_dim;
       const int n = t.position + 1;
+      if (options.bf16_p_key_tile > 0) {
+        const auto key = [&](int p) {
+          return pool.key(layer, t.seq->blocks[p / bs], p % bs) + kvh * head_dim;
+        };
+        const auto value = [&](int p) {
+          return pool.value(layer, t.seq->blocks[p / bs], p % bs) + kvh * head_dim;
+        };
+        Bf16TiledRow(qh, n, head_dim, options.bf16_p_key_tile, scale * 1.4426950408889634f, key,
+                     value, oh);
+        continue;
+      }
       scores.resize(n);
       float max_score = -INFINITY;
       for (int p = 0; p < n; ++p) {

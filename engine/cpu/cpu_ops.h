@@ -13,7 +13,10 @@
 namespace dq::cpu {
 
 // y[m, :] = W x[m, :] for m in [0, rows): x is [rows, in], y is [rows, out], row-major.
-void MatMul(const LinearWeight& w, const float* x, int64_t rows, float* y, ThreadPool& pool);
+// `bf16_weights`: W's values rounded to bf16 first (how the CUDA backend computes a weight-only
+// linear of many rows, dequantized to bf16 for a GEMM; a test oracle).
+void MatMul(const LinearWeight& w, const float* x, int64_t rows, float* y, ThreadPool& pool,
+            bool bf16_weights = false);
 
 // out = x / sqrt(mean(x^2) + eps) * weight, per row of `n` values. `out` may alias `x`.
 void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t n, float eps, float* out);
@@ -43,6 +46,11 @@ struct AttentionToken {
 struct AttentionOptions {
   // FP8 (e4m3) Q, K, V and P, emulating the CUDA FP8 prefill attention (fp8_attention.h).
   bool fp8 = false;
+  // > 0: the numerics of CUDA's bf16 prefill attention (attention_prefill.h) with key tiles of
+  // this many keys: scores in the log2 domain, the running row maximum updated tile by tile, P
+  // rounded to bf16 for P.V while the denominator sums the unrounded P, and the output scaled by
+  // the denominator's reciprocal. A test oracle (DecoderModelOptions::bf16_activations).
+  int bf16_p_key_tile = 0;
 };
 
 // q: [tokens, num_heads * head_dim]; out: same shape. GQA: head h reads KV head

@@ -407,8 +407,10 @@ void CudaDecoderModel::EnqueueLogits(const Plan& plan, float* host_out) const {
   }
   // The logits of decode steps of up to 8 sequences and of verification rows come from the
   // row-invariant GEMV, so that a verified row equals the decode step's bit for bit.
-  const bool lm_invariant =
-      plan.row_split || (plan.decode && (rows.size() <= 8 || options_.batch_invariant));
+  // A quantized lm_head ([decode] lm_head) always takes the GEMV: its dequantize + GEMM path
+  // would need a bf16 copy of the whole vocabulary matrix as scratch.
+  const bool lm_invariant = lm_head_.kind == LinearKind::kWeightOnly || plan.row_split ||
+                            (plan.decode && (rows.size() <= 8 || options_.batch_invariant));
   for (size_t at = 0; at < rows.size(); at += b.cap_rows) {
     const int64_t n = std::min<int64_t>(b.cap_rows, static_cast<int64_t>(rows.size() - at));
     // Gather runs of consecutive rows with one copy each.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/dtype.h"
 #include "engine/cpu/cpu_ops.h"
 #include "engine/quant/ggml_blocks.h"
 
@@ -12,6 +13,8 @@ struct DecoderModel::Scratch {
   std::vector<float> x, h, q, k, v, attn, gate, up;
   std::vector<cpu::AttentionToken> tokens;
   cpu::AttentionOptions attention;
+  bool bf16 = false;          // DecoderModelOptions::bf16_activations
+  bool cuda_prefill = false;  // CUDA runs this pass with its prefill kernels (not as decode steps)
 };
 
 namespace {
@@ -21,6 +24,39 @@ bool PrefillShaped(const Batch& batch) {
   if (batch.phase != Phase::kPrefill) return false;
   return std::any_of(batch.items.begin(), batch.items.end(),
                      [](const BatchItem& it) { return it.tokens.size() > 1; });
+}
+
+// A pass the CUDA backend runs as decode steps (its Plan::decode): one new token per item, at
+// most 64 items. Its other passes fuse the SwiGLU into an FP8 down projection's quantizer.
+bool CudaDecodeShaped(const Batch& batch) {
+  return batch.items.size() <= 64 &&
+         std::all_of(batch.items.begin(), batch.items.end(),
+                     [](const BatchItem& it) { return it.tokens.size() == 1; });
+}
+
+bool IsFp8W8A8(const LinearWeight& w) {
+  return w.mode == ComputeMode::kW8A8 && w.codec != nullptr && w.codec->scheme() == "fp8";
+}
+
+// Whether the CUDA backend computes `w` on bf16-rounded weight values for `rows` rows: F32/F16
+// matrices are rounded at upload; other weight-only formats dequantize to bf16 for a GEMM above
+// 8 rows (below, and for a quantized lm_head, its GEMV dequantizes exactly in fp32).
+bool CudaRoundsWeights(const LinearWeight& w, int64_t rows) {
+  if (w.mode != ComputeMode::kWeightOnly) return false;
+  if (w.codec == nullptr && (w.dtype == DType::kF32 || w.dtype == DType::kF16)) return true;
+  return rows > 8 && w.dtype != DType::kBF16;
+}
+
+// What the CUDA backend's bf16 buffers do to `n` values when `on` (Scratch::bf16).
+void RoundBf16(bool on, float* x, int64_t n) {
+  if (!on) return;
+  for (int64_t i = 0; i < n; ++i) x[i] = BF16ToF32(F32ToBF16(x[i]));
+}
+
+// cpu::MatMul over s.m rows, with CUDA's weight rounding when emulating it (Scratch::bf16).
+void Linear(const LinearWeight& w, const float* x, float* y, int64_t rows, bool bf16,
+            ThreadPool& threads) {
+  cpu::MatMul(w, x, rows, y, threads, bf16 && CudaRoundsWeights(w, rows));
 }
 
 }  // namespace
@@ -34,9 +70,7 @@ absl::Status DecoderModel::SetOptions(const DecoderModelOptions& options) {
   if (options.fp8_prefill_attention) {
     const LinearWeight* bad = nullptr;
     program_.ForEachLinear([&](const LinearWeight& m) {
-      const bool fp8 =
-          m.mode == ComputeMode::kW8A8 && m.codec != nullptr && m.codec->scheme() == "fp8";
-      if (!fp8 && bad == nullptr) bad = &m;
+      if (!IsFp8W8A8(m) && bad == nullptr) bad = &m;
     });
     if (bad != nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -88,10 +122,14 @@ void DecoderModel::RunAttention(int layer, const AttentionBlock& w, Scratch& s, 
                                 ThreadPool& threads) const {
   const ModelConfig& c = config_;
   cpu::RmsNorm(s.x.data(), w.norm.data(), s.m, c.hidden_size, c.rms_norm_eps, s.h.data());
+  RoundBf16(s.bf16, s.h.data(), s.m * c.hidden_size);
   Observe(layer, LinearInput::kQkv, s.h, s.m, c.hidden_size);
-  cpu::MatMul(w.q, s.h.data(), s.m, s.q.data(), threads);
-  cpu::MatMul(w.k, s.h.data(), s.m, s.k.data(), threads);
-  cpu::MatMul(w.v, s.h.data(), s.m, s.v.data(), threads);
+  Linear(w.q, s.h.data(), s.q.data(), s.m, s.bf16, threads);
+  Linear(w.k, s.h.data(), s.k.data(), s.m, s.bf16, threads);
+  Linear(w.v, s.h.data(), s.v.data(), s.m, s.bf16, threads);
+  RoundBf16(s.bf16, s.q.data(), s.m * c.q_dim());
+  RoundBf16(s.bf16, s.k.data(), s.m * c.kv_dim());
+  RoundBf16(s.bf16, s.v.data(), s.m * c.kv_dim());
   if (w.has_qk_norm()) {
     cpu::RmsNorm(s.q.data(), w.q_norm.data(), s.m * c.num_heads, c.head_dim, c.rms_norm_eps,
                  s.q.data());
@@ -104,6 +142,8 @@ void DecoderModel::RunAttention(int layer, const AttentionBlock& w, Scratch& s, 
     float* kt = s.k.data() + t * c.kv_dim();
     cpu::ApplyRope(qt, c.num_heads, c.head_dim, at.position, inv_freq_.data(), c.rope_style);
     cpu::ApplyRope(kt, c.num_kv_heads, c.head_dim, at.position, inv_freq_.data(), c.rope_style);
+    RoundBf16(s.bf16, qt, c.q_dim());
+    RoundBf16(s.bf16, kt, c.kv_dim());
     const int32_t block = at.seq->blocks[at.position / pool.block_size()];
     const int slot = at.position % pool.block_size();
     std::copy_n(kt, c.kv_dim(), pool.key(w.kv_layer, block, slot));
@@ -111,20 +151,27 @@ void DecoderModel::RunAttention(int layer, const AttentionBlock& w, Scratch& s, 
   }
   cpu::PagedAttention(pool, w.kv_layer, s.tokens, s.q.data(), c.num_heads, s.attn.data(), threads,
                       s.attention);
+  RoundBf16(s.bf16, s.attn.data(), s.m * c.q_dim());
   Observe(layer, LinearInput::kO, s.attn, s.m, c.q_dim());
-  cpu::MatMul(w.o, s.attn.data(), s.m, s.h.data(), threads);
+  Linear(w.o, s.attn.data(), s.h.data(), s.m, s.bf16, threads);
   cpu::AddInPlace(s.x.data(), s.h.data(), s.m * c.hidden_size);
 }
 
 void DecoderModel::RunMlp(int layer, const MlpBlock& w, Scratch& s, ThreadPool& threads) const {
   const ModelConfig& c = config_;
   cpu::RmsNorm(s.x.data(), w.norm.data(), s.m, c.hidden_size, c.rms_norm_eps, s.h.data());
+  RoundBf16(s.bf16, s.h.data(), s.m * c.hidden_size);
   Observe(layer, LinearInput::kGateUp, s.h, s.m, c.hidden_size);
-  cpu::MatMul(w.gate, s.h.data(), s.m, s.gate.data(), threads);
-  cpu::MatMul(w.up, s.h.data(), s.m, s.up.data(), threads);
-  cpu::SiluMulInPlace(s.gate.data(), s.up.data(), s.m * c.intermediate_size);
+  Linear(w.gate, s.h.data(), s.gate.data(), s.m, s.bf16, threads);
+  Linear(w.up, s.h.data(), s.up.data(), s.m, s.bf16, threads);
+  const int64_t gu = s.m * c.intermediate_size;
+  RoundBf16(s.bf16, s.gate.data(), gu);
+  RoundBf16(s.bf16, s.up.data(), gu);
+  cpu::SiluMulInPlace(s.gate.data(), s.up.data(), gu);
+  const bool fused = s.cuda_prefill && IsFp8W8A8(w.down) && w.down.in_features % 8 == 0;
+  RoundBf16(s.bf16 && !fused, s.gate.data(), gu);
   Observe(layer, LinearInput::kDown, s.gate, s.m, c.intermediate_size);
-  cpu::MatMul(w.down, s.gate.data(), s.m, s.h.data(), threads);
+  Linear(w.down, s.gate.data(), s.h.data(), s.m, s.bf16, threads);
   cpu::AddInPlace(s.x.data(), s.h.data(), s.m * c.hidden_size);
 }
 
@@ -146,9 +193,12 @@ void DecoderModel::Logits(const Batch& batch, Scratch& s, ThreadPool& threads,
   }
   cpu::RmsNorm(rows.data(), program_.final_norm.data(), n_rows, hidden, config_.rms_norm_eps,
                rows.data());
+  RoundBf16(s.bf16, rows.data(), n_rows * hidden);
   out->vocab = config_.vocab_size;
   out->values.resize(n_rows * config_.vocab_size);
-  cpu::MatMul(program_.lm_head, rows.data(), n_rows, out->values.data(), threads);
+  // The lm_head takes the GEMV (exact dequantization) at any row count on CUDA when quantized.
+  cpu::MatMul(program_.lm_head, rows.data(), n_rows, out->values.data(), threads,
+              s.bf16 && CudaRoundsWeights(program_.lm_head, 0));
 }
 
 void DecoderModel::Prepare(const Batch& batch, Scratch& s) const {
@@ -168,6 +218,11 @@ void DecoderModel::Prepare(const Batch& batch, Scratch& s) const {
     }
   }
   s.attention.fp8 = options_.fp8_prefill_attention && PrefillShaped(batch);
+  s.bf16 = options_.bf16_activations;
+  s.cuda_prefill = !CudaDecodeShaped(batch);
+  if (s.bf16 && s.cuda_prefill && !s.attention.fp8) {
+    s.attention.bf16_p_key_tile = options_.cuda_prefill_key_tile;
+  }
 }
 
 void DecoderModel::RunLayers(int first, Scratch& s, KvBlockPool& pool, ThreadPool& threads,
@@ -192,6 +247,8 @@ absl::Status DecoderModel::Forward(const Batch& batch, KvBlockPool& pool, Thread
   Scratch s;
   Prepare(batch, s);
   Embed(batch, s.x.data());
+  // CUDA keeps the embedding table in bf16 (a GGUF Q8_0 or f16 table is rounded at upload).
+  RoundBf16(s.bf16, s.x.data(), s.m * int64_t{config_.hidden_size});
   RunLayers(0, s, pool, threads, hooks);
   for (const BatchItem& it : batch.items) it.kv->num_tokens += static_cast<int>(it.tokens.size());
   Logits(batch, s, threads, logits);

@@ -24,6 +24,18 @@ struct DecoderModelOptions {
   // fp8_attention; decode-shaped passes (one new token per item) stay exact, as on CUDA, whose
   // decode kernel runs them. Only for a model whose layer linears all compute FP8 W8A8.
   bool fp8_prefill_attention = false;
+  // Compute as the CUDA backend rounds (cuda_model_forward.cpp), both phases: activations to
+  // bf16 where it stores them in bf16 (the embedding rows, norm outputs, q/k/v before and after
+  // QK-norm and RoPE, so the KV cache, attention outputs, gate/up and the SwiGLU product except
+  // where FP8 prefill fuses it into the quantizer), the weights it rounds to bf16
+  // (cpu::MatMul's bf16_weights), and prefill attention's P (cuda_prefill_key_tile). A test
+  // oracle: in W8A8/W4A4 the activation codes then follow the GPU's instead of landing on
+  // neighbouring codes, so top-1 can be judged (tests/gpu/model_compare.h).
+  bool bf16_activations = false;
+  // With bf16_activations: prefill-shaped passes run attention with the numerics of CUDA's bf16
+  // prefill kernel (cpu::AttentionOptions::bf16_p_key_tile) with key tiles of this many keys:
+  // 64, the default kernel's (KernelOptions::prefill_attention wg64pp).
+  int cuda_prefill_key_tile = 64;
 };
 
 class DecoderModel : public ForwardModel {

@@ -1,10 +1,12 @@
 #include "engine/model/model_runner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <vector>
 
 #include "common/logging.h"
 #include "engine/model/architecture.h"
+#include "engine/quant/requantize.h"
 
 namespace dq {
 namespace {
@@ -33,6 +35,14 @@ absl::StatusOr<std::shared_ptr<DecoderModel>> BuildModel(const PhaseWeights& p) 
   DQ_RETURN_IF_ERROR(p.config->Validate());
   DQ_ASSIGN_OR_RETURN(ModelProgram program, BindModelProgram(*p.checkpoint, *p.config));
   DQ_RETURN_IF_ERROR(ApplyComputeMode(p.mode, program));
+  if (!KeepsStoredLmHead(p.lm_head)) {
+    spdlog::info("quantizing lm_head [{} x {}] to {} (weight-only)", program.lm_head.out_features,
+                 program.lm_head.in_features, p.lm_head);
+    const auto start = std::chrono::steady_clock::now();
+    DQ_ASSIGN_OR_RETURN(program.lm_head, RequantizeLinear(program.lm_head, p.lm_head));
+    spdlog::info("lm_head quantized in {:.1f} s",
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
   return std::make_shared<DecoderModel>(*p.config, std::move(program));
 }
 
@@ -68,7 +78,8 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   DQ_RETURN_IF_ERROR(CheckSameKvLayout(*prefill.config, *decode.config));
   DQ_ASSIGN_OR_RETURN(std::shared_ptr<DecoderModel> decode_model, BuildModel(decode));
   std::shared_ptr<DecoderModel> prefill_model = decode_model;
-  if (prefill.checkpoint != decode.checkpoint || prefill.mode != decode.mode) {
+  if (prefill.checkpoint != decode.checkpoint || prefill.mode != decode.mode ||
+      prefill.lm_head != decode.lm_head) {
     DQ_ASSIGN_OR_RETURN(prefill_model, BuildModel(prefill));
   }
   const ModelConfig& config = *decode.config;
@@ -90,7 +101,14 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
         new ModelRunner(std::move(models.prefill), std::move(models.decode), nullptr, kv, threads));
   }
   // Phase-gated (DecoderModelOptions), so a prefill model shared with decode is fine.
-  DQ_RETURN_IF_ERROR(prefill_model->SetOptions(options.cpu_prefill));
+  DecoderModelOptions prefill_options = options.cpu_prefill;
+  prefill_options.bf16_activations |= options.cpu_bf16_activations;
+  DQ_RETURN_IF_ERROR(prefill_model->SetOptions(prefill_options));
+  if (decode_model != prefill_model) {
+    DecoderModelOptions decode_options;
+    decode_options.bf16_activations = prefill_options.bf16_activations;
+    DQ_RETURN_IF_ERROR(decode_model->SetOptions(decode_options));
+  }
   return std::unique_ptr<ModelRunner>(
       new ModelRunner(prefill_model, decode_model, prefill_model, kv, threads));
 }

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "common/status.h"
@@ -39,6 +40,9 @@ struct ModelRunnerOptions {
   // options, e.g. cuda::CudaBackendOptions::fp8_attention). Create fails with InvalidArgument
   // when the prefill weights cannot take them (DecoderModel::SetOptions).
   DecoderModelOptions cpu_prefill;
+  // The CPU backend's models of both phases round activations as CUDA stores them
+  // (DecoderModelOptions::bf16_activations): the GPU tests' reference for quantized modes.
+  bool cpu_bf16_activations = false;
 };
 
 // The weights one phase computes with. The checkpoint must outlive the runner (weights are
@@ -47,6 +51,9 @@ struct PhaseWeights {
   const Checkpoint* checkpoint = nullptr;
   const ModelConfig* config = nullptr;
   ComputeMode mode = ComputeMode::kWeightOnly;
+  // The lm_head's format (engine/quant/requantize.h, LmHeadFormat): "bf16" or empty keeps it as
+  // the checkpoint stores it; a weight-only scheme ("int8", "int4", ...) quantizes it at load.
+  std::string lm_head;
 };
 
 class ModelRunner {

@@ -29,4 +29,18 @@ want=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["file_sha
 have=$(sha256sum "$TINY/model.safetensors" | cut -d' ' -f1)
 [ "$want" = "$have" ] && pass "tiny checkpoint bytes match the golden's" \
   || fail "tiny checkpoint sha256 $have != golden's $want (make-tiny changed: regenerate goldens)"
+# fidelity --json with the decode phase's lm_head quantized at load: stdout is the JSON alone
+# (the load's log lines go to stderr) and the run records its lm_head.
+printf 'The quick brown fox jumps over the lazy dog. It was a sunny day in the park.' >"$TMP/fid.txt"
+"$BIN/dq-tool" fidelity --reference "$TINY" --text "$TMP/fid.txt" --tokens 16 --prefix 8 --json \
+  --run "q=$TINY,$TINY:weight_only+lm_head=int8" >"$TMP/fid.json" 2>"$TMP/fid.err"
+python3 - "$TMP/fid.json" <<'PY' && pass "fidelity --json with +lm_head=int8" || fail "fidelity json: $(head -c 300 "$TMP/fid.json") / $(tail -2 "$TMP/fid.err")"
+import json, sys
+r = json.load(open(sys.argv[1]))["runs"][0]
+assert r["decode"]["lm_head"] == "int8", r["decode"]
+assert r["decode_side"]["positions"] > 0 and r["decode_side"]["kl"] > 0, r
+PY
+expect_error "fidelity +lm_head on the prefill phase" "for the decode phase" \
+  "$BIN/dq-tool" fidelity --reference "$TINY" --text "$TMP/fid.txt" --tokens 16 --prefix 8 \
+  --run "q=$TINY:weight_only+lm_head=int8"
 finish

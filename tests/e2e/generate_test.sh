@@ -13,6 +13,19 @@ else
   fail "default model missing at $SMOL (scripts/setup.sh fetches it)"
 fi
 
+# The lm_head quantized at load: int8 keeps the answer, and a format not on the list is refused.
+if [ -f "$SMOL" ]; then
+  out=$("$BIN/dqserve" generate --model "$SMOL" --prompt "What is the capital of France?" \
+        --max-tokens 32 --lm-head int8 2>"$TMP/lm_err")
+  if grep -q "Paris" <<<"$out" && grep -q "lm_head: int8, quantized at load" "$TMP/lm_err"
+  then pass "int8 lm_head: $out"
+  else fail "int8 lm_head: $out / $(tail -3 "$TMP/lm_err")"; fi
+fi
+"$BIN/dqserve" generate --model "$TINY" --prompt hi --lm-head int5 >/dev/null 2>"$TMP/err"
+rc=$?
+[ $rc -ne 0 ] && grep -q "int5 not in" "$TMP/err" && pass "bad --lm-head refused (rc $rc)" \
+  || fail "bad --lm-head (rc $rc): $(cat "$TMP/err")"
+
 # Interactive: two turns from stdin, then EOF.
 printf 'Say hi\nSay bye\n' | "$BIN/dqserve" generate --model "$TINY" -i --max-tokens 4 \
   >"$TMP/chat" 2>"$TMP/chat_err" && [ "$(grep -o 'prompt tokens in' "$TMP/chat_err" | wc -l)" -eq 2 ] \

@@ -8,8 +8,9 @@
 // runner with different weights per phase, as a disaggregated deployment on one GPU has: fp8 W8A8
 // prefill and int4 weight-only decode, each phase's logits against the CPU's. Each case also runs
 // the CPU's last layer on the GPU's input to it (model_compare.h, RunLastLayerOnGpuInput), on the
-// mixed prompt and on plain text, whose top-1 is judged where one layer's rounding noise allows:
-// the whole-model margins above, widened by every layer's activation rounding, judge almost none.
+// mixed prompt and on plain text, whose rows are held to a judged share (half; a quarter in FP8,
+// model_compare.h): the whole-model margins above, widened by every layer's activation rounding,
+// judge few. The CPU rounds as the GPU does (ModelRunnerOptions::cpu_bf16_activations).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -43,15 +44,19 @@ std::unique_ptr<Model> LoadSource(const std::string& name) {
   return model.ok() ? std::move(*model) : nullptr;
 }
 
-// CPU and CUDA runners over the same per-phase weights.
+// CPU and CUDA runners over the same per-phase weights. The CPU rounds its activations where
+// the GPU stores bf16 ones (ModelRunnerOptions::cpu_bf16_activations), so that both quantize the
+// same activation values to the same codes.
 struct RunnerPair {
   std::unique_ptr<ModelRunner> cpu, gpu;
 };
 void MakeRunners(const PhaseWeights& prefill, const PhaseWeights& decode, RunnerPair* out) {
   ModelRunnerOptions ro;
   ro.kv_capacity = 1024;
+  ro.cpu_bf16_activations = true;
   auto cpu = ModelRunner::Create(prefill, decode, ro);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
+  ro.cpu_bf16_activations = false;
   ro.backend = cuda::CudaBackendFactory();
   auto gpu = ModelRunner::Create(prefill, decode, ro);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
@@ -110,14 +115,17 @@ TEST_P(ComputeModeOnGpu, LogitsMatchTheCpuBackendInTheSameMode) {
   gpu_test::RunBothAndCompare(*cpu_wo, *r.gpu, prompt, 8, &gpu_effect);
   if (HasFatalFailure()) return;
   const gpu_test::ModeEffect effect{gpu_test::Merged(cpu_effect), gpu_test::Merged(gpu_effect)};
-  gpu_test::ExpectCloseQuantized(c.name, seed, gpu_test::Merged(cmp), &effect);
+  // Whole-model rows are judged where the margin allows (model_compare.h: FP8's accumulation and
+  // W4A4's rare one-code flips compound layer by layer); the last layer is held to a share.
+  gpu_test::ExpectCloseQuantized(c.name, seed, gpu_test::Merged(cmp), &effect, 0.0);
   PhaseComparison last;
   gpu_test::RunLastLayerOnGpuInput(*r.cpu, *r.gpu, prompt, 8, &last);
   PhaseComparison text;
   gpu_test::RunLastLayerOnGpuInput(*r.cpu, *r.gpu, gpu_test::TextPrompt(m), 8, &text);
   if (HasFatalFailure()) return;
-  gpu_test::ExpectLastLayerClose(c.name, seed, gpu_test::Merged(last));
-  gpu_test::ExpectLastLayerClose(c.name + "_text", seed, gpu_test::Merged(text));
+  const double share = c.mode == ComputeMode::kW8A8 ? 0.25 : 0.5;  // model_compare.h
+  gpu_test::ExpectLastLayerClose(c.name, seed, gpu_test::Merged(last), share);
+  gpu_test::ExpectLastLayerClose(c.name + "_text", seed, gpu_test::Merged(text), share);
 }
 
 std::vector<ModeCase> Cases() {
@@ -167,20 +175,21 @@ TEST_P(MixedPhasesOnGpu, Fp8PrefillInt4DecodeMatchTheCpuBackend) {
   gpu_test::RunBothAndCompare(*cpu_wo, *r.gpu, prompt, 8, &gpu_effect);
   if (HasFatalFailure()) return;
   const gpu_test::ModeEffect effect{cpu_effect.prefill, gpu_effect.prefill};
-  gpu_test::ExpectCloseQuantized(GetParam() + "_mixed_prefill_fp8_w8a8", seed, cmp.prefill,
-                                 &effect);
+  gpu_test::ExpectCloseQuantized(GetParam() + "_mixed_prefill_fp8_w8a8", seed, cmp.prefill, &effect,
+                                 0.0);
   // The int4 decode steps compute in weight-only mode but read the KV cache the W8A8 prefill
   // wrote (which differs between the backends as the prefill's logits do): judged like a
   // quantized mode, without the yardstick (theirs mixes in the decode's own bf16 noise).
-  gpu_test::ExpectCloseQuantized(GetParam() + "_mixed_decode_int4", seed, cmp.decode, nullptr);
+  gpu_test::ExpectCloseQuantized(GetParam() + "_mixed_decode_int4", seed, cmp.decode, nullptr, 0.0);
   PhaseComparison last;
   gpu_test::RunLastLayerOnGpuInput(*r.cpu, *r.gpu, prompt, 8, &last);
   PhaseComparison text;
   gpu_test::RunLastLayerOnGpuInput(*r.cpu, *r.gpu, gpu_test::TextPrompt(**fp8), 8, &text);
   if (HasFatalFailure()) return;
-  gpu_test::ExpectLastLayerClose(GetParam() + "_mixed_prefill_fp8_w8a8", seed, last.prefill);
+  gpu_test::ExpectLastLayerClose(GetParam() + "_mixed_prefill_fp8_w8a8", seed, last.prefill, 0.25);
   gpu_test::ExpectLastLayerClose(GetParam() + "_mixed_decode_int4", seed, last.decode);
-  gpu_test::ExpectLastLayerClose(GetParam() + "_mixed_prefill_fp8_w8a8_text", seed, text.prefill);
+  gpu_test::ExpectLastLayerClose(GetParam() + "_mixed_prefill_fp8_w8a8_text", seed, text.prefill,
+                                 0.25);
   gpu_test::ExpectLastLayerClose(GetParam() + "_mixed_decode_int4_text", seed, text.decode);
 }
 

@@ -27,6 +27,7 @@ std::unique_ptr<ModelRunner> MakeRunner(const Model& m, const cuda::CudaBackendO
   ro.kv_capacity = 2048;
   ro.threads = 4;
   if (co != nullptr) ro.backend = cuda::CudaBackendFactory(*co);
+  ro.cpu_bf16_activations = co == nullptr;  // the CPU rounds activations as CUDA stores them
   auto r = ModelRunner::Create(*m.checkpoint, m.config, ro);
   EXPECT_TRUE(r.ok()) << r.status();
   return r.ok() ? std::move(*r) : nullptr;

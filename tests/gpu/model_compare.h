@@ -28,8 +28,9 @@
 
 namespace dq::gpu_test {
 
-// Top-1 is judged only where the CPU's top-2 gap exceeds this (weight-only compute).
-inline constexpr double kTieMargin = 0.2;
+// Top-1 is judged only where the CPU's top-2 gap exceeds 8x the rms |Δlogit| of the comparison,
+// and at least this.
+inline constexpr double kTieMargin = 0.05;
 
 struct Comparison {
   double max_abs_diff = 0;
@@ -106,6 +107,20 @@ inline void Compare(const BatchLogits& cpu, const BatchLogits& gpu, Comparison* 
   }
 }
 
+// At least `min_fraction` of the rows must be judged (top-2 gap beyond the margin), and some row
+// when min_fraction > 0: a check whose margin swallows most rows would pass a backend that gets
+// the top-1 wrong.
+inline void ExpectJudged(const std::string& label, const Comparison& c, const Top1& t,
+                         double min_fraction) {
+  const int judged = t.agree + t.disagree;
+  std::printf("[%s] judged %d of %zu rows (%.0f%%)\n", label.c_str(), judged, c.rows.size(),
+              100.0 * judged / std::max<size_t>(c.rows.size(), 1));
+  if (min_fraction <= 0) return;
+  EXPECT_GE(judged, min_fraction * c.rows.size())
+      << label << ": fewer than " << 100 * min_fraction << "% of the rows judged";
+  EXPECT_GT(judged, 0) << label << ": no row judged";
+}
+
 inline void Print(const std::string& label, uint64_t seed, const Comparison& c, const Top1& t,
                   double tie_margin) {
   std::printf(
@@ -115,14 +130,18 @@ inline void Print(const std::string& label, uint64_t seed, const Comparison& c, 
       t.near_ties, tie_margin, c.max_abs_diff, c.rms_diff(), c.max_abs_logit);
 }
 
+inline double TieMargin(const Comparison& c) { return std::max(kTieMargin, 8 * c.rms_diff()); }
+
 // Weight-only compute: prints one line (the form run.sh greps: "[<label>] ...") and judges it:
-// top-1 identical wherever the CPU's top-2 gap is at least kTieMargin, and |Δlogit| within 5%
-// of the largest logit plus 0.5.
+// top-1 identical wherever the CPU's top-2 gap is beyond TieMargin, at least half the rows
+// judged, and |Δlogit| within 5% of the largest logit plus 0.5.
 inline void ExpectClose(const std::string& label, uint64_t seed, const Comparison& c) {
-  const Top1 t = CountTop1(c, kTieMargin);
-  Print(label, seed, c, t, kTieMargin);
+  const double tie = TieMargin(c);
+  const Top1 t = CountTop1(c, tie);
+  Print(label, seed, c, t, tie);
   EXPECT_GT(c.rows.size(), 0u) << label;
   EXPECT_EQ(t.disagree, 0) << label;
+  ExpectJudged(label, c, t, 0.5);
   EXPECT_LT(c.max_abs_diff, 0.05 * c.max_abs_logit + 0.5) << label;
 }
 
@@ -133,30 +152,31 @@ struct ModeEffect {
   Comparison gpu;  // the GPU in this mode
 };
 
-// Quantized activations (W8A8, W4A4). The GPU quantizes bf16 activations, the CPU fp32 ones: on
-// the tiny Qwen3 in fp8, 2.0-2.4% of each linear input's E4M3 codes land on the neighbouring
-// code, and those moves alone carry 0.45x the rms of the quantization noise itself; every later
-// linear then sees inputs that already differ, so within a layer or two the GPU's quantization
-// noise is as unrelated to the CPU's as to no quantization at all. The CPU with every linear
-// input rounded to bf16 before quantizing (the GPU's one difference) is as far from the plain
-// CPU as the mode effect (rms 0.97-1.06x of it on the 2-layer tiny Qwen3, 1.19-1.70x on the
-// 30-layer SmolLM2, max |Δlogit| up to 15.6 there), which the H200 measured too (0.99-1.04x):
-// whole-model logits cannot show that the GPU rounds like the CPU (the op tests do, bit for bit
-// or to the ulp), only that its mode has the CPU's effect. Judged with `effect`: (1) the GPU's
-// mode effect is the CPU's in size, rms 0.6x-1.6x (the bf16-input CPU: 0.83-1.16x; a GPU that
-// skipped the activation quantization sits at its weight-only noise, 0.07-0.10x; a coarser or
-// wrong scale moves logits further); (2) GPU vs CPU in this mode: rms below 2.5x the mode
-// effect's and max |Δlogit| below 3x its max plus 0.5 (two unrelated noises of that size:
-// 1.4x; the bf16-input CPU: up to 1.7x both). Without `effect` (a weight-only phase reading a
-// quantized phase's KV cache): |Δlogit| within 15% of the largest logit plus 0.5. Both: top-1
-// identical wherever the CPU's top-2 gap exceeds 8x the rms |Δlogit|, at least 0.2.
+// Quantized activations (W8A8, W4A4). The CPU reference rounds its activations where the GPU
+// stores bf16 ones and runs prefill attention with the bf16 kernel's P rounding
+// (ModelRunnerOptions::cpu_bf16_activations), so both quantize the same activation values to
+// the same codes: NVFP4 W4A4 then matches to rms 0.0000 in the last layer of the tiny Qwen3
+// (H200). FP8 W8A8 cannot: Hopper's FP8 tensor cores add products with reduced precision (up to
+// 2^-13.7 sum |x w|, linear_test.cpp), about half a bf16 ulp of a typical output, so a share of
+// every FP8 linear's bf16 outputs round the other way and the next linear's E4M3 codes move; the
+// noise compounds layer by layer (tiny Qwen3: rms 0.11 over the model, 0.044 over its last
+// layer). Judged here: top-1 identical wherever the CPU's top-2 gap exceeds TieMargin, with at
+// least `min_judged` of the rows judged (0 for a whole model with quantized activations: FP8's
+// accumulation, and W4A4's rare one-code flips, compound layer by layer; their rows are judged
+// by the last-layer check instead); with `effect`, (1) the GPU's mode effect (this mode vs
+// the CPU in weight-only) is the CPU's in size, rms 0.6x-1.6x (a GPU that skipped the
+// activation quantization sits at its weight-only noise, 0.07-0.10x; a coarser or wrong scale
+// moves logits further), and (2) GPU vs CPU in this mode: rms below 2.5x the mode effect's and
+// max |Δlogit| below 3x its max plus 0.5. Without `effect` (a weight-only phase reading a
+// quantized phase's KV cache): |Δlogit| within 15% of the largest logit plus 0.5.
 inline void ExpectCloseQuantized(const std::string& label, uint64_t seed, const Comparison& c,
-                                 const ModeEffect* effect) {
-  const double tie = std::max(kTieMargin, 8 * c.rms_diff());
+                                 const ModeEffect* effect, double min_judged) {
+  const double tie = TieMargin(c);
   const Top1 t = CountTop1(c, tie);
   Print(label, seed, c, t, tie);
   EXPECT_GT(c.rows.size(), 0u) << label;
   EXPECT_EQ(t.disagree, 0) << label;
+  ExpectJudged(label, c, t, min_judged);
   if (effect == nullptr) {
     EXPECT_LT(c.max_abs_diff, 0.15 * c.max_abs_logit + 0.5) << label;
     return;
@@ -330,21 +350,19 @@ inline void RunLastLayerOnGpuInput(ModelRunner& cpu, ModelRunner& gpu,
   gpu.kv_pool().release(sg);
 }
 
-// The last-layer comparison judged: top-1 identical wherever the CPU's top-2 gap exceeds 8x the
-// rms |Δlogit| (at least kTieMargin), and some row judged, so a check that judges nothing fails.
-// How many rows it can judge is bounded by one layer's activation rounding against the prompt's
-// top-2 gaps (H200 at f9f51b2: fp8 W8A8 judged 27-51% of the rows of the random-token prompt,
-// nvfp4 W4A4 3-10%); the natural-text prompt (TextPrompt) has wider gaps on SmolLM2.
-inline void ExpectLastLayerClose(const std::string& label, uint64_t seed, const Comparison& c) {
-  const double tie = std::max(kTieMargin, 8 * c.rms_diff());
+// The last-layer comparison judged: top-1 identical wherever the CPU's top-2 gap exceeds
+// TieMargin, with at least `min_judged` of the rows judged. H200 at this oracle (bf16 rounding
+// emulated): nvfp4 W4A4 91-99% on SmolLM2 (rms 0.0000-0.0004), 64-96% on the tiny Qwen3; FP8
+// W8A8 37-54% on SmolLM2 and 53-63% on the tiny Qwen3, bounded by the FP8 MMA's accumulation
+// (ExpectCloseQuantized), so FP8 asks for a quarter.
+inline void ExpectLastLayerClose(const std::string& label, uint64_t seed, const Comparison& c,
+                                 double min_judged = 0.5) {
+  const double tie = TieMargin(c);
   const Top1 t = CountTop1(c, tie);
   Print(label + " last layer", seed, c, t, tie);
   EXPECT_GT(c.rows.size(), 0u) << label;
   EXPECT_EQ(t.disagree, 0) << label;
-  EXPECT_GT(t.agree + t.disagree, 0) << label << ": no row judged";
-  std::printf("[%s last layer] judged %d of %zu rows (%.0f%%)\n", label.c_str(),
-              t.agree + t.disagree, c.rows.size(),
-              100.0 * (t.agree + t.disagree) / std::max<size_t>(c.rows.size(), 1));
+  ExpectJudged(label + " last layer", c, t, min_judged);
 }
 
 // A prompt of plain English (no random tokens), on which a trained model's next-token

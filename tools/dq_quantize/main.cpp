@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_join.h"
+#include "common/logging.h"
 #include "engine/model/model_loader.h"
 #include "engine/quant/checkpoint_quantizer.h"
 #include "engine/quant/weight_codec.h"
@@ -30,6 +31,7 @@ absl::Status Run(const std::string& model_path, const std::string& out,
 }  // namespace
 
 int main(int argc, char** argv) {
+  dq::LogToStderr();
   CLI::App app{"dq-quantize: quantize a model's linear layers into a dqserve checkpoint"};
   std::string model, out, embeddings = "bf16";
   dq::QuantizeCheckpointOptions opt;

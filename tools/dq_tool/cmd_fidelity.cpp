@@ -13,6 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "common/lm_head_format.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/model_runner.h"
 #include "tools/dq_tool/commands.h"
@@ -23,7 +24,7 @@ namespace {
 struct FidelityOptions {
   std::string reference;
   std::string text_file;
-  std::vector<std::string> runs;  // "label=PREFILL[:mode[+fp8attn]][,DECODE[:mode]]"
+  std::vector<std::string> runs;  // "label=PREFILL[:mode[+fp8attn]][,DECODE[:mode[+lm_head=F]]]"
   int tokens = 384;
   int prefix = 192;
   int threads = 0;
@@ -35,10 +36,13 @@ struct RunSpec {
   std::string prefill_path, decode_path;
   ComputeMode prefill_mode = ComputeMode::kWeightOnly, decode_mode = ComputeMode::kWeightOnly;
   bool fp8_attention = false;  // prefill passes in emulated FP8 attention ("+fp8attn")
+  std::string decode_lm_head;  // the decode phase's PhaseWeights::lm_head ("+lm_head=int4")
 };
 
 // A phase's MODE may end in this: FP8 prefill attention (DecoderModelOptions), with w8a8.
 constexpr char kFp8AttnSuffix[] = "+fp8attn";
+// The decode phase's MODE may end in this and an lm_head format (common/lm_head_format.h).
+constexpr char kLmHeadSuffix[] = "+lm_head=";
 
 struct Stats {  // sums over positions
   double kl = 0, nll = 0;
@@ -56,11 +60,11 @@ absl::StatusOr<RunSpec> ParseRun(const std::string& s) {
   const size_t eq = s.find('=');
   if (eq == std::string::npos)
     return absl::InvalidArgumentError(
-        "--run needs LABEL=PREFILL[:MODE[+fp8attn]][,DECODE[:MODE]]: " + s);
+        "--run needs LABEL=PREFILL[:MODE[+fp8attn]][,DECODE[:MODE[+lm_head=F]]]: " + s);
   r.label = s.substr(0, eq);
   std::vector<std::string> phases = absl::StrSplit(s.substr(eq + 1), ',');
-  auto parse = [](const std::string& p, std::string* path, ComputeMode* mode,
-                  bool* fp8_attention) -> absl::Status {
+  auto parse = [](const std::string& p, std::string* path, ComputeMode* mode, bool* fp8_attention,
+                  std::string* lm_head) -> absl::Status {
     const size_t colon = p.rfind(':');
     *path = colon == std::string::npos ? p : p.substr(0, colon);
     if (colon == std::string::npos) {
@@ -68,18 +72,30 @@ absl::StatusOr<RunSpec> ParseRun(const std::string& s) {
       return absl::OkStatus();
     }
     std::string m = p.substr(colon + 1);
+    if (const size_t lm = m.find(kLmHeadSuffix); lm != std::string::npos) {
+      *lm_head = m.substr(lm + std::strlen(kLmHeadSuffix));
+      DQ_RETURN_IF_ERROR(CheckLmHeadFormat(*lm_head));
+      m.resize(lm);
+    }
     *fp8_attention = absl::EndsWith(m, kFp8AttnSuffix);
     if (*fp8_attention) m.resize(m.size() - std::strlen(kFp8AttnSuffix));
     DQ_ASSIGN_OR_RETURN(*mode, ParseComputeMode(m));
     return absl::OkStatus();
   };
-  DQ_RETURN_IF_ERROR(parse(phases[0], &r.prefill_path, &r.prefill_mode, &r.fp8_attention));
+  std::string prefill_lm_head;
+  DQ_RETURN_IF_ERROR(
+      parse(phases[0], &r.prefill_path, &r.prefill_mode, &r.fp8_attention, &prefill_lm_head));
+  if (!prefill_lm_head.empty()) {
+    return absl::InvalidArgumentError(
+        "--run: +lm_head= is for the decode phase (LABEL=PREFILL,DECODE:MODE+lm_head=F): " + s);
+  }
   // One phase given: both phases run it, in the same compute mode.
   r.decode_path = r.prefill_path;
   r.decode_mode = r.prefill_mode;
   if (phases.size() > 1) {
     bool decode_fp8_attention = false;
-    DQ_RETURN_IF_ERROR(parse(phases[1], &r.decode_path, &r.decode_mode, &decode_fp8_attention));
+    DQ_RETURN_IF_ERROR(
+        parse(phases[1], &r.decode_path, &r.decode_mode, &decode_fp8_attention, &r.decode_lm_head));
     if (decode_fp8_attention) {
       return absl::InvalidArgumentError(
           "--run: +fp8attn is for the prefill phase (decode steps keep exact attention): " + s);
@@ -156,8 +172,9 @@ absl::StatusOr<nlohmann::json> EvaluateRun(const RunSpec& r, ModelCache& cache,
   ro.cpu_prefill.fp8_prefill_attention = r.fp8_attention;
   DQ_ASSIGN_OR_RETURN(
       auto runner,
-      ModelRunner::Create(PhaseWeights{pm->checkpoint.get(), &pm->config, r.prefill_mode},
-                          PhaseWeights{dm->checkpoint.get(), &dm->config, r.decode_mode}, ro));
+      ModelRunner::Create(
+          PhaseWeights{pm->checkpoint.get(), &pm->config, r.prefill_mode},
+          PhaseWeights{dm->checkpoint.get(), &dm->config, r.decode_mode, r.decode_lm_head}, ro));
   DQ_ASSIGN_OR_RETURN(auto logits, AllLogits(*runner, ids, o.prefix));
   Stats prefill, decode, all;
   for (size_t t = 0; t + 1 < ids.size(); ++t) {
@@ -170,7 +187,10 @@ absl::StatusOr<nlohmann::json> EvaluateRun(const RunSpec& r, ModelCache& cache,
        {{"weights", r.prefill_path},
         {"compute", ComputeModeName(r.prefill_mode)},
         {"attention", r.fp8_attention ? "fp8 (cpu emulation)" : "exact"}}},
-      {"decode", {{"weights", r.decode_path}, {"compute", ComputeModeName(r.decode_mode)}}},
+      {"decode",
+       {{"weights", r.decode_path},
+        {"compute", ComputeModeName(r.decode_mode)},
+        {"lm_head", KeepsStoredLmHead(r.decode_lm_head) ? "stored" : r.decode_lm_head}}},
       {"prefill_side", prefill.Json()},
       {"decode_side", decode.Json()},
       {"all", all.Json()}};
@@ -246,10 +266,11 @@ void RegisterFidelity(CLI::App& app, int* exit_code) {
   cmd->add_option("--reference", o->reference, "the model as shipped")->required();
   cmd->add_option("--text", o->text_file, "text to teacher-force")->required();
   cmd->add_option("--run", o->runs,
-                  "LABEL=PREFILL[:MODE[+fp8attn]][,DECODE[:MODE]] (MODE: weight_only, w8a8, "
-                  "w4a4; +fp8attn: the prefill pass's attention in FP8 e4m3 as the CUDA FP8 "
-                  "prefill kernel computes it, emulated on the CPU; needs w8a8 on fp8 weights); "
-                  "repeatable")
+                  "LABEL=PREFILL[:MODE[+fp8attn]][,DECODE[:MODE[+lm_head=F]]] (MODE: "
+                  "weight_only, w8a8, w4a4; +fp8attn: the prefill pass's attention in FP8 e4m3 "
+                  "as the CUDA FP8 prefill kernel computes it, emulated on the CPU; needs w8a8 on "
+                  "fp8 weights; +lm_head=F: the decode phase's lm_head quantized to F at load, "
+                  "int8, int4, int3, int2 or nvfp4); repeatable")
       ->required();
   cmd->add_option("--tokens", o->tokens, "tokens of the text to use");
   cmd->add_option("--prefix", o->prefix, "tokens run as the prefill phase");

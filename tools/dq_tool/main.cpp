@@ -1,9 +1,11 @@
 // dq-tool: checkpoint and tokenizer utilities (inspect, make-tiny, tokenize, detokenize, ...).
 #include <CLI/CLI.hpp>
 
+#include "common/logging.h"
 #include "tools/dq_tool/commands.h"
 
 int main(int argc, char** argv) {
+  dq::LogToStderr();
   CLI::App app{"dq-tool: dqserve checkpoint and tokenizer utilities"};
   app.require_subcommand(1);
   int exit_code = 0;

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <memory>
 
+#include "common/lm_head_format.h"
 #include "engine/generate/generator.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/model_runner.h"
@@ -40,6 +41,8 @@ struct GenerateOptions {
   std::string prefill_attention = "bf16";
   // cuda: CudaBackendOptions::kernels as text (engine/cuda/kernel_options.h); empty: defaults
   std::string cuda_kernels;
+  // The lm_head's format in both phases (common/lm_head_format.h): "bf16" keeps the stored one.
+  std::string lm_head = "bf16";
   SamplingParams sampling;
   std::string speculative = "none";  // drafter name, or none
   SpecConfig spec;
@@ -283,9 +286,9 @@ absl::Status RunGenerate(const GenerateOptions& o) {
     ro.cpu_prefill.fp8_prefill_attention = o.prefill_attention == "fp8";
   }
   DQ_ASSIGN_OR_RETURN(
-      auto runner,
-      ModelRunner::Create(PhaseWeights{pm.checkpoint.get(), &pm.config, prefill_mode},
-                          PhaseWeights{dm.checkpoint.get(), &dm.config, decode_mode}, ro));
+      auto runner, ModelRunner::Create(
+                       PhaseWeights{pm.checkpoint.get(), &pm.config, prefill_mode, o.lm_head},
+                       PhaseWeights{dm.checkpoint.get(), &dm.config, decode_mode, o.lm_head}, ro));
   if (o.prefill_attention == "fp8" && !PrefillUsesFp8Attention(*runner)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--prefill-attention fp8: ", pm.path, " (head_dim ", pm.config.head_dim, ", ",
@@ -293,6 +296,9 @@ absl::Status RunGenerate(const GenerateOptions& o) {
         " KV heads) cannot run FP8 prefill attention: it needs every layer linear in FP8 W8A8 "
         "and, on a GPU, head_dim 128 and 1, 2, 4, 8 or 16 KV heads; use --prefill-attention "
         "bf16"));
+  }
+  if (!KeepsStoredLmHead(o.lm_head)) {
+    std::fprintf(stderr, "[lm_head: %s, quantized at load]\n", o.lm_head.c_str());
   }
   if (o.prefill_attention == "fp8") {
     std::fprintf(stderr, "[prefill attention: FP8 (e4m3 Q/K/V/P)%s]\n",
@@ -361,6 +367,11 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   cmd->add_option("--cuda-kernels", o->cuda_kernels,
                   "cuda: kernel choices as key=value pairs, e.g. prefill_attention=wg128pp "
                   "(engine/cuda/kernel_options.h; docs/serving.md)");
+  cmd->add_option("--lm-head", o->lm_head,
+                  "the lm_head's format: bf16 (the checkpoint's own, default) or int8, int4, "
+                  "int3, int2, nvfp4 (quantized at load; docs/fidelity.md)")
+      ->check(
+          CLI::IsMember(std::vector<std::string>(kLmHeadFormats.begin(), kLmHeadFormats.end())));
   cmd->add_option("--kv-capacity", o->kv_capacity,
                   "KV cache tokens (default min(context, 8192); a prompt plus its answer must fit)")
       ->check(CLI::Range(0, 1 << 24));

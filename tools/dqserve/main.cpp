@@ -7,6 +7,7 @@
 #include "tools/dqserve/up_command.h"
 
 int main(int argc, char** argv) {
+  dq::LogToStderr();
   CLI::App app{"dqserve: LLM serving with disaggregated quantization"};
   app.require_subcommand(1);
   std::string log_level = "warn";

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/deploy_config.h"
 #include "common/listen_port.h"
+#include "common/lm_head_format.h"
 #include "common/random_token.h"
 #include "common/worker_key.h"
 #include "nlohmann/json.hpp"
@@ -143,6 +144,9 @@ std::vector<ChildSpec> Children(const DeployConfig& c, const std::string& log_le
   const std::vector<std::string> drafter = DrafterArgs(c.decode);
   decode.argv.insert(decode.argv.end(), drafter.begin(), drafter.end());
   if (c.decode.batch_invariant) decode.argv.push_back("--batch-invariant");
+  if (!KeepsStoredLmHead(c.decode.lm_head)) {
+    decode.argv.insert(decode.argv.end(), {"--lm-head", c.decode.lm_head});
+  }
   if (!c.prefix_cache.assistant_kv.empty()) {
     decode.argv.insert(decode.argv.end(),
                        {"--prefix-cache", "--assistant-kv", c.prefix_cache.assistant_kv});

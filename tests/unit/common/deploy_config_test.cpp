@@ -95,6 +95,18 @@ TEST(DeployConfig, DecodeSpeculation) {
   EXPECT_FALSE(plain->decode.batch_invariant);
 }
 
+TEST(DeployConfig, DecodeLmHeadFormat) {
+  auto plain = ParseDeployConfig("model = \"m\"\n");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->decode.lm_head, "bf16");
+  auto q = ParseDeployConfig("model = \"m\"\n[decode]\nlm_head = \"int4\"\n");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->decode.lm_head, "int4");
+  ExpectError("model = \"m\"\n[decode]\nlm_head = \"int5\"\n",
+              "[decode] lm_head format 'int5' is not one of bf16");
+  ExpectError("model = \"m\"\n[prefill]\nlm_head = \"int4\"\n", "unknown key");
+}
+
 TEST(DeployConfig, DevicePerPhase) {
   auto c = ParseDeployConfig(
       "model = \"m\"\n[prefill]\ndevice = \"cuda:0\"\n[decode]\ndevice = \"cuda:1\"\n");

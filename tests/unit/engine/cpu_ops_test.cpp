@@ -144,5 +144,49 @@ TEST(CpuOpsTest, PagedAttentionMatchesDenseCausalReference) {
   }
 }
 
+// AttentionOptions::bf16_p_key_tile (the CUDA bf16 prefill kernel's numerics): within bf16's
+// rounding of P of the exact attention, not equal to it, and the key tile's size matters once a
+// row spans several tiles (the running maximum rescales earlier tiles' rounded P).
+TEST(CpuOpsTest, PagedAttentionWithBf16PTilesStaysWithinBf16OfExact) {
+  KvCacheOptions o;
+  o.num_layers = 1;
+  o.num_kv_heads = 1;
+  o.head_dim = 16;
+  o.block_size = 8;
+  o.num_blocks = 16;
+  KvBlockPool pool(o);
+  const int len = 100;
+  KvSequence seq;
+  for (int b = 0; b < 13; ++b) seq.blocks.push_back(12 - b);
+  std::mt19937 rng(std::random_device{}());
+  std::vector<float> k = Random(len * 16, rng), v = Random(len * 16, rng);
+  for (float& x : k) x *= 4.0f;  // peaked rows: the running maximum moves between tiles
+  for (int p = 0; p < len; ++p) {
+    std::copy_n(&k[p * 16], 16, pool.key(0, seq.blocks[p / 8], p % 8));
+    std::copy_n(&v[p * 16], 16, pool.value(0, seq.blocks[p / 8], p % 8));
+  }
+  std::vector<AttentionToken> tokens;
+  for (int p : {0, 5, 40, 63, 64, 99}) tokens.push_back({&seq, p});
+  std::vector<float> q = Random(tokens.size() * 16, rng);
+  ThreadPool threads(2);
+  std::vector<float> exact(q.size()), t64(q.size()), t16(q.size());
+  PagedAttention(pool, 0, tokens, q.data(), 1, exact.data(), threads);
+  PagedAttention(pool, 0, tokens, q.data(), 1, t64.data(), threads, {.bf16_p_key_tile = 64});
+  PagedAttention(pool, 0, tokens, q.data(), 1, t16.data(), threads, {.bf16_p_key_tile = 16});
+  double max64 = 0, max16 = 0, diff_tiles = 0;
+  for (size_t i = 0; i < q.size(); ++i) {
+    max64 = std::max(max64, double(std::fabs(t64[i] - exact[i])));
+    max16 = std::max(max16, double(std::fabs(t16[i] - exact[i])));
+    if (i >= 3 * 16) diff_tiles = std::max(diff_tiles, double(std::fabs(t64[i] - t16[i])));
+  }
+  // |v| <= 1 and P's relative rounding is at most 2^-9.
+  EXPECT_LT(max64, 4e-3);
+  EXPECT_LT(max16, 4e-3);
+  EXPECT_GT(max64, 0.0);
+  EXPECT_GT(diff_tiles, 0.0) << "rows spanning several tiles should depend on the tile size";
+  // Position 0 attends to one key: out = v_0 exactly, whatever the tiles.
+  for (int d = 0; d < 16; ++d) EXPECT_EQ(t64[d], v[d]);
+}
+
 }  // namespace
 }  // namespace dq::cpu

@@ -3,6 +3,7 @@
 
 #include <random>
 
+#include "common/dtype.h"
 #include "engine/model/model_runner.h"
 #include "tests/unit/engine/tiny_model.h"
 
@@ -145,6 +146,75 @@ TEST_F(DecoderModelTest, RejectsBadBatchesWithClearErrors) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(seq.num_tokens, 0);
   runner_->kv_pool().release(seq);
+}
+
+bool IsBf16(float x) { return BF16ToF32(F32ToBF16(x)) == x; }
+
+// DecoderModelOptions::bf16_activations (the GPU tests' reference): every linear's input and
+// every K/V the pass writes is a bf16 value, as in the CUDA backend's buffers, and the logits
+// move by bf16 rounding only. Without it neither holds, so the check sees the option work.
+TEST(DecoderModelBf16Activations, LinearInputsAndKvAreBf16AndLogitsStayClose) {
+  std::unique_ptr<Model> m = testing::LoadTinyQwen3();
+  ASSERT_NE(m, nullptr);
+  std::mt19937 rng(std::random_device{}());
+  std::vector<int32_t> tokens(29);
+  for (auto& t : tokens) t = static_cast<int32_t>(rng() % m->config.vocab_size);
+  struct Run {
+    std::vector<float> logits;
+    int64_t inputs = 0, non_bf16_inputs = 0, kv = 0, non_bf16_kv = 0;
+  };
+  auto run = [&](bool bf16) {
+    ModelRunnerOptions o;
+    o.threads = 2;
+    o.kv_capacity = 64;
+    o.cpu_bf16_activations = bf16;
+    auto r = ModelRunner::Create(*m->checkpoint, m->config, o);
+    EXPECT_TRUE(r.ok()) << r.status();
+    Run out;
+    if (!r.ok()) return out;
+    ModelRunner& runner = **r;
+    EXPECT_TRUE(
+        runner
+            .SetPrefillObserver([&](int, LinearInput, const float* x, int64_t rows, int64_t n) {
+              for (int64_t i = 0; i < rows * n; ++i) out.non_bf16_inputs += !IsBf16(x[i]);
+              out.inputs += rows * n;
+            })
+            .ok());
+    KvSequence seq;
+    runner.kv_pool().extend(seq, static_cast<int>(tokens.size()));
+    BatchLogits logits;
+    EXPECT_TRUE(runner.Forward(Batch{Phase::kPrefill, {{&seq, tokens, true}}}, &logits).ok());
+    const int kv_dim = m->config.num_kv_heads * m->config.head_dim;
+    for (int layer = 0; layer < m->config.num_layers; ++layer) {
+      for (int p = 0; p < static_cast<int>(tokens.size()); ++p) {
+        const int32_t block = seq.blocks[p / runner.kv_pool().block_size()];
+        const int slot = p % runner.kv_pool().block_size();
+        for (const float* kv : {runner.kv_pool().key(layer, block, slot),
+                                runner.kv_pool().value(layer, block, slot)}) {
+          for (int d = 0; d < kv_dim; ++d) out.non_bf16_kv += !IsBf16(kv[d]);
+          out.kv += kv_dim;
+        }
+      }
+    }
+    out.logits = logits.values;
+    runner.kv_pool().release(seq);
+    return out;
+  };
+  const Run plain = run(false), bf16 = run(true);
+  ASSERT_GT(bf16.inputs, 0);
+  ASSERT_GT(bf16.kv, 0);
+  EXPECT_EQ(bf16.non_bf16_inputs, 0);
+  EXPECT_EQ(bf16.non_bf16_kv, 0);
+  EXPECT_GT(plain.non_bf16_inputs, plain.inputs / 2);  // fp32 values are rarely bf16 ones
+  EXPECT_GT(plain.non_bf16_kv, plain.kv / 2);
+  ASSERT_EQ(plain.logits.size(), bf16.logits.size());
+  double max_diff = 0, max_logit = 0;
+  for (size_t i = 0; i < plain.logits.size(); ++i) {
+    max_diff = std::max(max_diff, double(std::fabs(plain.logits[i] - bf16.logits[i])));
+    max_logit = std::max(max_logit, double(std::fabs(plain.logits[i])));
+  }
+  EXPECT_GT(max_diff, 0.0);
+  EXPECT_LT(max_diff, 0.02 * max_logit + 0.05);
 }
 
 }  // namespace
