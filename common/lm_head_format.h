@@ -29,9 +29,9 @@ inline absl::Status CheckLmHeadFormat(std::string_view format) {
   for (std::string_view f : kLmHeadFormats) {
     if (format == f) return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "lm_head format '", std::string(format),
-      "' is not one of bf16 (the checkpoint's own), int8, int4, int3, int2, nvfp4"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("lm_head format '", std::string(format),
+                   "' is not one of bf16 (the checkpoint's own), int8, int4, int3, int2, nvfp4"));
 }
 
 }  // namespace dq

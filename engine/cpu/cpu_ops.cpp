@@ -209,25 +209,40 @@ void PagedAttention(const KvBlockPool& pool, int layer, std::span<const Attentio
                      value, oh);
         continue;
       }
-      scores.resize(n);
-      float max_score = -INFINITY;
-      for (int p = 0; p < n; ++p) {
-        const float* k = pool.key(layer, t.seq->blocks[p / bs], p % bs) + kvh * head_dim;
-        scores[p] = DotF32(qh, k, head_dim) * scale;
-        max_score = std::max(max_score, scores[p]);
-      }
-      float denom = 0.0f;
-      for (int p = 0; p < n; ++p) {
-        scores[p] = std::exp(scores[p] - max_score);
-        denom += scores[p];
-      }
-      std::fill(oh, oh + head_dim, 0.0f);
-      for (int p = 0; p < n; ++p) {
-        const float* v = pool.value(layer, t.seq->blocks[p / bs], p % bs) + kvh * head_dim;
-        Axpy(scores[p] / denom, v, oh, head_dim);
-      }
+      AttentionHead(pool, layer, t, qh, kvh, oh, scores);
     }
   });
+}
+
+void AttentionHead(const KvBlockPool& pool, int layer, const AttentionToken& t, const float* qh,
+                   int kv_head, float* oh, std::vector<float>& scores) {
+  const int head_dim = pool.options().head_dim;
+  const int bs = pool.block_size();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const int n = t.position + 1;
+  scores.resize(n);
+  float max_score = -INFINITY;
+  for (int p = 0; p < n; ++p) {
+    const float* k = pool.key(layer, t.seq->blocks[p / bs], p % bs) + kv_head * head_dim;
+    scores[p] = DotF32(qh, k, head_dim) * scale;
+    max_score = std::max(max_score, scores[p]);
+  }
+  float denom = 0.0f;
+  for (int p = 0; p < n; ++p) {
+    scores[p] = std::exp(scores[p] - max_score);
+    denom += scores[p];
+  }
+  std::fill(oh, oh + head_dim, 0.0f);
+  for (int p = 0; p < n; ++p) {
+    const float* v = pool.value(layer, t.seq->blocks[p / bs], p % bs) + kv_head * head_dim;
+    Axpy(scores[p] / denom, v, oh, head_dim);
+  }
+}
+
+float LinearRowDot(const LinearWeight& w, int64_t r, const float* x, float* row) {
+  if (w.codec == nullptr) return DotRow(w.dtype, w.row(r), x, w.in_features);
+  WeightRow(w, r, row);
+  return DotF32(row, x, w.in_features);
 }
 
 }  // namespace dq::cpu

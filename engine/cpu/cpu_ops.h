@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "common/thread_pool.h"
 #include "engine/kvcache/kv_block_pool.h"
@@ -52,6 +53,16 @@ struct AttentionOptions {
   // the denominator's reciprocal. A test oracle (DecoderModelOptions::bf16_activations).
   int bf16_p_key_tile = 0;
 };
+
+// One query head of PagedAttention's exact path: `qh` ([head_dim]) of token `t` against KV head
+// `kv_head` of `layer`, into `oh`; `scores` is scratch. PagedAttention computes every head so.
+void AttentionHead(const KvBlockPool& pool, int layer, const AttentionToken& t, const float* qh,
+                   int kv_head, float* oh, std::vector<float>& scores);
+
+// Row `r` of weight-only `w` times x, as MatMul computes it for up to 2 rows of x (up to 8 for
+// plain dtypes): DotRow on the stored row, or a codec's dequantized row (into `row`, [in]) and
+// DotF32.
+float LinearRowDot(const LinearWeight& w, int64_t r, const float* x, float* row);
 
 // q: [tokens, num_heads * head_dim]; out: same shape. GQA: head h reads KV head
 // h / (num_heads / num_kv_heads). Exact (fp32) unless options.fp8.

@@ -13,8 +13,8 @@
 namespace dq {
 
 // `w` (any stored dtype, GGUF block or scheme) dequantized to fp32 and quantized into `format`
-// (common/lm_head_format.h; not "bf16"), weight-only. The result owns its bytes. InvalidArgument when
-// no group size divides w.in_features.
+// (common/lm_head_format.h; not "bf16"), weight-only. The result owns its bytes. InvalidArgument
+// when no group size divides w.in_features.
 absl::StatusOr<LinearWeight> RequantizeLinear(const LinearWeight& w, std::string_view format);
 
 }  // namespace dq
