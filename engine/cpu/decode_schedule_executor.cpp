@@ -42,8 +42,7 @@ void Qkv(const DecodeTask& t, const AttentionBlock& a, Step& s, Scratch& w) {
     const LinearWeight& m = r < q ? a.q : r < q + kv ? a.k : a.v;
     const int64_t local = r < q ? r : r < q + kv ? r - q : r - q - kv;
     for (int64_t i = 0; i < s.b; ++i) {
-      s.qkv[i * s.qkv_width() + r] =
-          LinearRowDot(m, local, n + i * s.c.hidden_size, w.row.data());
+      s.qkv[i * s.qkv_width() + r] = LinearRowDot(m, local, n + i * s.c.hidden_size, w.row.data());
     }
   }
 }
@@ -141,19 +140,19 @@ void RunTask(const DecodeTask& t, Step& s, Scratch& w) {
   AddRows(t, m.down, s.act, s.c.intermediate_size, s, w);
 }
 
-absl::Status CheckStep(const DecodeSchedule& schedule, const ModelProgram& p,
-                       const ModelConfig& c, std::span<const DecodeStepItem> items,
-                       const KvBlockPool& pool) {
+absl::Status CheckStep(const DecodeSchedule& schedule, const ModelProgram& p, const ModelConfig& c,
+                       std::span<const DecodeStepItem> items, const KvBlockPool& pool) {
   bool weight_only = p.lm_head.mode == ComputeMode::kWeightOnly;
-  p.ForEachLinear([&](const LinearWeight& w) { weight_only &= w.mode == ComputeMode::kWeightOnly; });
+  p.ForEachLinear(
+      [&](const LinearWeight& w) { weight_only &= w.mode == ComputeMode::kWeightOnly; });
   if (!weight_only) {
     return absl::FailedPreconditionError(
         "the persistent decode schedule runs weight-only linears; this program quantizes "
         "activations (decode it with DecoderModel)");
   }
   if (static_cast<int>(items.size()) != schedule.options.batch) {
-    return absl::InvalidArgumentError(absl::StrCat(items.size(), " items for a schedule of batch ",
-                                                   schedule.options.batch));
+    return absl::InvalidArgumentError(
+        absl::StrCat(items.size(), " items for a schedule of batch ", schedule.options.batch));
   }
   for (const DecodeStepItem& it : items) {
     if (it.seq == nullptr || it.token < 0 || it.token >= c.vocab_size ||

@@ -33,8 +33,8 @@ std::vector<Stage> Stages(const ModelProgram& program, const ModelConfig& c, int
       }
     }
   }
-  out.push_back({DecodeTaskKind::kLmHead, static_cast<int>(program.layers.size()), 0,
-                 c.vocab_size, true});
+  out.push_back(
+      {DecodeTaskKind::kLmHead, static_cast<int>(program.layers.size()), 0, c.vocab_size, true});
   return out;
 }
 
@@ -72,8 +72,7 @@ const char* DecodeTaskKindName(DecodeTaskKind k) {
 absl::StatusOr<DecodeSchedule> PlanDecodeStep(const ModelProgram& program,
                                               const ModelConfig& config,
                                               const DecodeScheduleOptions& o) {
-  if (o.workers < 1 || o.tasks_per_worker < 1 || o.row_multiple < 1 || o.batch < 1 ||
-      o.batch > 8) {
+  if (o.workers < 1 || o.tasks_per_worker < 1 || o.row_multiple < 1 || o.batch < 1 || o.batch > 8) {
     return absl::InvalidArgumentError(absl::StrCat(
         "decode schedule: workers ", o.workers, ", tasks_per_worker ", o.tasks_per_worker,
         ", row_multiple ", o.row_multiple, ", batch ", o.batch,
@@ -92,8 +91,14 @@ absl::StatusOr<DecodeSchedule> PlanDecodeStep(const ModelProgram& program,
       for (int64_t i = 0; i < st.extent; ++i) ranges.emplace_back(i, i + 1);
     }
     for (const auto& [b, e] : ranges) {
-      DecodeTask t{st.kind, st.layer, st.block, b, e, counter - 1,
-                   counter > 0 ? s.stage_tasks[counter - 1] : 0, counter};
+      DecodeTask t{st.kind,
+                   st.layer,
+                   st.block,
+                   b,
+                   e,
+                   counter - 1,
+                   counter > 0 ? s.stage_tasks[counter - 1] : 0,
+                   counter};
       s.queues[s.tasks.size() % o.workers].push_back(static_cast<int>(s.tasks.size()));
       s.tasks.push_back(t);
     }

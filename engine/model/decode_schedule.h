@@ -48,7 +48,7 @@ struct DecodeTask {
 };
 
 struct DecodeScheduleOptions {
-  int workers = 1;          // persistent CTAs (SMs) or CPU threads; >= 1
+  int workers = 1;           // persistent CTAs (SMs) or CPU threads; >= 1
   int tasks_per_worker = 1;  // GEMV stages: about this many tiles per worker (>= 1)
   int row_multiple = 16;     // GEMV tiles are multiples of this many rows (the int tile's 16)
   int batch = 1;             // sequences in the step, one new token each (1..8)
@@ -56,9 +56,9 @@ struct DecodeScheduleOptions {
 
 struct DecodeSchedule {
   DecodeScheduleOptions options;
-  std::vector<DecodeTask> tasks;           // the global order: each task's stage precedes it
-  std::vector<std::vector<int>> queues;    // per worker: task indices, in the global order
-  std::vector<int> stage_tasks;            // per counter: how many tasks signal it
+  std::vector<DecodeTask> tasks;         // the global order: each task's stage precedes it
+  std::vector<std::vector<int>> queues;  // per worker: task indices, in the global order
+  std::vector<int> stage_tasks;          // per counter: how many tasks signal it
   int num_counters() const { return static_cast<int>(stage_tasks.size()); }
 };
 

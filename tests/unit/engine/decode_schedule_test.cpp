@@ -129,8 +129,8 @@ TEST_F(DecodeScheduleExecutorTest, EqualsTheDecodeStepBitForBit) {
     ASSERT_TRUE(runner.ok()) << runner.status();
     for (int batch : {1, 2}) {
       for (int workers : {1, 3, 7}) {
-        SCOPED_TRACE(::testing::Message() << model->path << " batch " << batch << ", " << workers
-                                          << " workers");
+        SCOPED_TRACE(::testing::Message()
+                     << model->path << " batch " << batch << ", " << workers << " workers");
         EXPECT_EQ(StepBothWays(**runner, batch, workers, seed + batch), 0.0);
       }
     }
@@ -152,15 +152,15 @@ TEST_F(DecodeScheduleExecutorTest, RefusesWhatItCannotRun) {
   (*runner)->kv_pool().extend(seq, 1);
   std::vector<float> logits;
   const cpu::DecodeStepItem one[] = {{&seq, 1}};
-  EXPECT_EQ(cpu::RunDecodeSchedule(*plan, model.program(), m->config, one, (*runner)->kv_pool(),
-                                   &logits)
-                .code(),
-            absl::StatusCode::kInvalidArgument);  // batch 1 for a batch-2 plan
+  EXPECT_EQ(
+      cpu::RunDecodeSchedule(*plan, model.program(), m->config, one, (*runner)->kv_pool(), &logits)
+          .code(),
+      absl::StatusCode::kInvalidArgument);  // batch 1 for a batch-2 plan
   const cpu::DecodeStepItem bad[] = {{&seq, -1}, {&seq, m->config.vocab_size}};
-  EXPECT_EQ(cpu::RunDecodeSchedule(*plan, model.program(), m->config, bad, (*runner)->kv_pool(),
-                                   &logits)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      cpu::RunDecodeSchedule(*plan, model.program(), m->config, bad, (*runner)->kv_pool(), &logits)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
   (*runner)->kv_pool().release(seq);
 }
 
