@@ -150,18 +150,22 @@ absl::Status CheckStep(const DecodeSchedule& schedule, const ModelProgram& p, co
         "the persistent decode schedule runs weight-only linears; this program quantizes "
         "activations (decode it with DecoderModel)");
   }
-  if (static_cast<int>(items.size()) != schedule.options.batch) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(items.size(), " items for a schedule of batch ", schedule.options.batch));
-  }
+  int64_t rows = 0;
   for (const DecodeStepItem& it : items) {
-    if (it.seq == nullptr || it.token < 0 || it.token >= c.vocab_size ||
-        static_cast<int64_t>(it.seq->blocks.size()) * pool.block_size() <= it.seq->num_tokens ||
-        it.seq->num_tokens >= c.max_context) {
+    bool ok = it.seq != nullptr && !it.tokens.empty();
+    for (int32_t t : it.tokens) ok = ok && t >= 0 && t < c.vocab_size;
+    const int64_t end = ok ? it.seq->num_tokens + static_cast<int64_t>(it.tokens.size()) : 0;
+    if (!ok || static_cast<int64_t>(it.seq->blocks.size()) * pool.block_size() < end ||
+        end > c.max_context) {
       return absl::InvalidArgumentError(
-          "decode step item: give a sequence with a KV block for its next position and a token "
-          "in the vocabulary");
+          "decode step item: give a sequence with KV blocks for its new tokens and tokens in the "
+          "vocabulary");
     }
+    rows += static_cast<int64_t>(it.tokens.size());
+  }
+  if (rows != schedule.options.rows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(rows, " new tokens for a schedule of ", schedule.options.rows, " rows"));
   }
   return absl::OkStatus();
 }
@@ -174,16 +178,19 @@ absl::Status RunDecodeSchedule(const DecodeSchedule& schedule, const ModelProgra
   DQ_RETURN_IF_ERROR(CheckStep(schedule, program, config, items, pool));
   Step s{program, config, pool};
   s.inv_freq = RopeInverseFrequencies(config.head_dim, config.rope_theta);
-  s.b = static_cast<int64_t>(items.size());
+  s.b = schedule.options.rows;
   s.x.resize(s.b * config.hidden_size);
   s.qkv.resize(s.b * s.qkv_width());
   s.attn.resize(s.b * config.q_dim());
   s.act.resize(s.b * config.intermediate_size);
   s.logits.resize(s.b * config.vocab_size);
-  for (int64_t i = 0; i < s.b; ++i) {
-    s.tokens.push_back({items[i].seq, items[i].seq->num_tokens});
-    DequantizeRow(program.embedding.dtype, program.embedding.row(items[i].token),
-                  s.x.data() + i * config.hidden_size, config.hidden_size);
+  for (const DecodeStepItem& it : items) {
+    for (size_t j = 0; j < it.tokens.size(); ++j) {
+      const int64_t row = static_cast<int64_t>(s.tokens.size());
+      s.tokens.push_back({it.seq, it.seq->num_tokens + static_cast<int>(j)});
+      DequantizeRow(program.embedding.dtype, program.embedding.row(it.tokens[j]),
+                    s.x.data() + row * config.hidden_size, config.hidden_size);
+    }
   }
   std::vector<std::atomic<int>> counters(schedule.num_counters());
   std::vector<std::thread> workers;
@@ -204,7 +211,9 @@ absl::Status RunDecodeSchedule(const DecodeSchedule& schedule, const ModelProgra
     });
   }
   for (std::thread& t : workers) t.join();
-  for (const DecodeStepItem& it : items) ++it.seq->num_tokens;
+  for (const DecodeStepItem& it : items) {
+    it.seq->num_tokens += static_cast<int>(it.tokens.size());
+  }
   *logits = std::move(s.logits);
   return absl::OkStatus();
 }

@@ -20,15 +20,18 @@
 
 namespace dq::cpu {
 
+// A sequence's new tokens in the step: one in a decode step; in a verification pass the last
+// accepted token and the drafted ones, each row attending to the rows before it.
 struct DecodeStepItem {
-  KvSequence* seq = nullptr;  // has a block for position seq->num_tokens
-  int32_t token = 0;
+  KvSequence* seq = nullptr;  // has blocks for positions [num_tokens, num_tokens + tokens.size())
+  std::span<const int32_t> tokens;
 };
 
-// Runs one decode step of `items` (schedule.options.batch of them) through `schedule`: writes
-// each token's K/V into `pool`, advances seq->num_tokens, and sets `logits` to [items, vocab].
-// Weight-only programs only (FailedPrecondition otherwise); InvalidArgument for a batch that is
-// not the schedule's, a token outside the vocabulary, or a sequence without a block for it.
+// Runs one step of `items` (schedule.options.rows tokens in all) through `schedule`: writes each
+// token's K/V into `pool`, advances seq->num_tokens, and sets `logits` to [rows, vocab] in item
+// order (every row's logits, as verification needs them). Weight-only programs only
+// (FailedPrecondition otherwise); InvalidArgument for a row count that is not the schedule's, a
+// token outside the vocabulary, or a sequence without blocks for its new tokens.
 absl::Status RunDecodeSchedule(const DecodeSchedule& schedule, const ModelProgram& program,
                                const ModelConfig& config, std::span<const DecodeStepItem> items,
                                KvBlockPool& pool, std::vector<float>* logits);

@@ -151,8 +151,8 @@ void GatedDeltaRecurrent(const GatedDeltaShape& s, int64_t tokens, const float* 
 }
 
 void GatedDeltaChunked(const GatedDeltaShape& s, int64_t tokens, const float* q, const float* k,
-                       const float* v, const float* g, const float* beta, float* state,
-                       float* out, int chunk) {
+                       const float* v, const float* g, const float* beta, float* state, float* out,
+                       int chunk) {
   for (int h = 0; h < s.heads; ++h) {
     float* S = state + int64_t{h} * s.dk * s.dv;
     for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {

@@ -29,7 +29,7 @@ void GatedDeltaRecurrent(const GatedDeltaShape& s, int64_t tokens, const float* 
 
 // The same result in chunks of `chunk` tokens (HF's 64; the last chunk zero-padded).
 void GatedDeltaChunked(const GatedDeltaShape& s, int64_t tokens, const float* q, const float* k,
-                       const float* v, const float* g, const float* beta, float* state,
-                       float* out, int chunk = 64);
+                       const float* v, const float* g, const float* beta, float* state, float* out,
+                       int chunk = 64);
 
 }  // namespace dq::cpu

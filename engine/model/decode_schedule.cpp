@@ -16,9 +16,9 @@ struct Stage {
   bool gemv;  // split into row tiles; else one task per (token, kv head) item
 };
 
-std::vector<Stage> Stages(const ModelProgram& program, const ModelConfig& c, int batch) {
+std::vector<Stage> Stages(const ModelProgram& program, const ModelConfig& c, int rows) {
   std::vector<Stage> out;
-  const int64_t items = int64_t{batch} * c.num_kv_heads;
+  const int64_t items = int64_t{rows} * c.num_kv_heads;
   for (int l = 0; l < static_cast<int>(program.layers.size()); ++l) {
     const auto& blocks = program.layers[l].blocks;
     for (int b = 0; b < static_cast<int>(blocks.size()); ++b) {
@@ -72,17 +72,17 @@ const char* DecodeTaskKindName(DecodeTaskKind k) {
 absl::StatusOr<DecodeSchedule> PlanDecodeStep(const ModelProgram& program,
                                               const ModelConfig& config,
                                               const DecodeScheduleOptions& o) {
-  if (o.workers < 1 || o.tasks_per_worker < 1 || o.row_multiple < 1 || o.batch < 1 || o.batch > 8) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "decode schedule: workers ", o.workers, ", tasks_per_worker ", o.tasks_per_worker,
-        ", row_multiple ", o.row_multiple, ", batch ", o.batch,
-        "; give workers, tasks_per_worker and row_multiple >= 1 and a batch of 1 to 8"));
+  if (o.workers < 1 || o.tasks_per_worker < 1 || o.row_multiple < 1 || o.rows < 1 || o.rows > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("decode schedule: workers ", o.workers, ", tasks_per_worker ",
+                     o.tasks_per_worker, ", row_multiple ", o.row_multiple, ", rows ", o.rows,
+                     "; give workers, tasks_per_worker and row_multiple >= 1 and 1 to 64 rows"));
   }
   DecodeSchedule s;
   s.options = o;
   s.queues.resize(o.workers);
   const int64_t target = int64_t{o.workers} * o.tasks_per_worker;
-  for (const Stage& st : Stages(program, config, o.batch)) {
+  for (const Stage& st : Stages(program, config, o.rows)) {
     const int counter = s.num_counters();
     std::vector<std::pair<int64_t, int64_t>> ranges;
     if (st.gemv) {
@@ -109,7 +109,7 @@ absl::StatusOr<DecodeSchedule> PlanDecodeStep(const ModelProgram& program,
 
 absl::Status CheckDecodeSchedule(const DecodeSchedule& s, const ModelProgram& program,
                                  const ModelConfig& config) {
-  const std::vector<Stage> stages = Stages(program, config, s.options.batch);
+  const std::vector<Stage> stages = Stages(program, config, s.options.rows);
   if (s.num_counters() != static_cast<int>(stages.size())) {
     return absl::InternalError(absl::StrCat("decode schedule: ", s.num_counters(),
                                             " stages for a program of ", stages.size()));

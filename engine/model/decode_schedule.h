@@ -1,5 +1,7 @@
 // The schedule of a persistent decode step (issue 19), planned on the host from the model
-// program: one decode step of `batch` sequences as tasks over output tiles, in one global order,
+// program: one decode step of `rows` new tokens (one per sequence in a decode step; a sequence's
+// drafted tokens plus one in a speculative verification pass) as tasks over output tiles, in one
+// global order,
 // each task waiting on one counter that the tasks of the stage before it bump. Workers (SMs of
 // the persistent CUDA kernel; threads of the CPU executor, decode_schedule_executor.h) take the
 // tasks round-robin in that order and run each once its counter reaches its target, so a step is
@@ -27,9 +29,10 @@ namespace dq {
 
 enum class DecodeTaskKind : uint8_t {
   kQkv,        // rows [begin, end) of q|k|v (q_dim + 2 kv_dim rows) = W · RMSNorm(x; norm)
-  kRopeKv,     // items [begin, end) of (token, kv head): QK-norm and RoPE of its q heads and k,
-               // its K and V written to the token's cache slot
-  kAttention,  // items [begin, end) of (token, kv head): paged attention of its q heads
+  kRopeKv,     // items [begin, end) of (row, kv head): QK-norm and RoPE of its q heads and k,
+               // its K and V written to the row's cache slot
+  kAttention,  // items [begin, end) of (row, kv head): paged attention of its q heads over the
+               // row's context (a verification row sees the rows of its sequence before it)
   kO,          // rows [begin, end) of x += W_o · attention output
   kGateUp,     // rows [begin, end) of silu(W_gate n) * (W_up n), n = RMSNorm(x; norm)
   kDown,       // rows [begin, end) of x += W_down · that product
@@ -51,7 +54,7 @@ struct DecodeScheduleOptions {
   int workers = 1;           // persistent CTAs (SMs) or CPU threads; >= 1
   int tasks_per_worker = 1;  // GEMV stages: about this many tiles per worker (>= 1)
   int row_multiple = 16;     // GEMV tiles are multiples of this many rows (the int tile's 16)
-  int batch = 1;             // sequences in the step, one new token each (1..8)
+  int rows = 1;              // new tokens in the step, over all its sequences (1..64)
 };
 
 struct DecodeSchedule {
@@ -69,7 +72,7 @@ absl::StatusOr<DecodeSchedule> PlanDecodeStep(const ModelProgram& program,
                                               const DecodeScheduleOptions& options);
 
 // OK when `s` covers what a step computes exactly once (every output row of every stage, every
-// (token, kv head) item), each task waits on the stage right before it for all of that stage's
+// (row, kv head) item), each task waits on the stage right before it for all of that stage's
 // tasks, and each worker's queue follows the global order (so waiting workers cannot deadlock:
 // the earliest unfinished task never waits on a later one). Else Internal naming the first
 // broken rule. Tests and the CUDA backend's plan check call it.

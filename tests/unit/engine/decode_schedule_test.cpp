@@ -1,7 +1,9 @@
 // The persistent decode step's schedule (engine/model/decode_schedule.h) and its CPU executor
 // (engine/cpu/decode_schedule_executor.h): the plan covers a step exactly once in a deadlock-free
-// order, and executing it with several workers equals DecoderModel's decode step bit for bit at
-// batch 1 and 2 (bf16 and int4 weights, several worker counts), and to fp32 rounding at batch 4.
+// order, and executing it with several workers equals DecoderModel's pass over the same tokens:
+// decode steps of 1 and 2 sequences bit for bit (bf16 and int4 weights, several worker counts),
+// of 4 to fp32 rounding, and verification passes (several rows of one sequence, causal among
+// them) bit for bit on bf16 weights.
 #include "engine/model/decode_schedule.h"
 
 #include <gtest/gtest.h>
@@ -27,8 +29,8 @@ TEST(DecodeSchedule, CoversAStepOnceInAnOrderWorkersCannotDeadlockOn) {
   const ModelProgram& p =
       dynamic_cast<const DecoderModel&>((*runner)->forward_model(Phase::kDecode)).program();
   for (int workers : {1, 3, 132}) {
-    for (int batch : {1, 8}) {
-      SCOPED_TRACE(::testing::Message() << workers << " workers, batch " << batch);
+    for (int batch : {1, 8, 40}) {
+      SCOPED_TRACE(::testing::Message() << workers << " workers, " << batch << " rows");
       auto s = PlanDecodeStep(p, m->config, {workers, 2, 16, batch});
       ASSERT_TRUE(s.ok()) << s.status();
       EXPECT_TRUE(CheckDecodeSchedule(*s, p, m->config).ok())
@@ -54,39 +56,44 @@ TEST(DecodeSchedule, CoversAStepOnceInAnOrderWorkersCannotDeadlockOn) {
   holed.tasks[0].end -= 1;
   EXPECT_NE(CheckDecodeSchedule(holed, p, m->config).message().find("covers"), std::string::npos);
   EXPECT_FALSE(PlanDecodeStep(p, m->config, {0, 1, 16, 1}).ok());
-  EXPECT_FALSE(PlanDecodeStep(p, m->config, {4, 1, 16, 9}).ok());
+  EXPECT_FALSE(PlanDecodeStep(p, m->config, {4, 1, 16, 65}).ok());
 }
 
 class DecodeScheduleExecutorTest : public ::testing::Test {
  protected:
-  // Prefills `batch` random prompts in `runner`, then runs one decode step both ways and
+  // Prefills one random prompt per entry of `rows` in `runner`, then runs one pass of rows[i] new
+  // tokens for sequence i both ways (DecoderModel with every row's logits; the schedule) and
   // returns the largest |Δlogit| (0 when bitwise equal).
-  double StepBothWays(ModelRunner& runner, int batch, int workers, uint64_t seed) {
+  double StepBothWays(ModelRunner& runner, std::vector<int> rows, int workers, uint64_t seed) {
     const DecoderModel& model =
         dynamic_cast<const DecoderModel&>(runner.forward_model(Phase::kDecode));
     const ModelConfig& c = model.config();
+    const int n = static_cast<int>(rows.size());
     std::mt19937 rng(seed);
-    std::vector<KvSequence> a(batch), b(batch);
-    std::vector<int32_t> next(batch);
-    for (int i = 0; i < batch; ++i) {
+    std::vector<KvSequence> a(n), b(n);
+    std::vector<std::vector<int32_t>> next(n);
+    int total = 0;
+    for (int i = 0; i < n; ++i) {
       std::vector<int32_t> prompt(5 + 7 * i);
       for (auto& t : prompt) t = static_cast<int32_t>(rng() % c.vocab_size);
-      next[i] = static_cast<int32_t>(rng() % c.vocab_size);
+      for (int j = 0; j < rows[i]; ++j)
+        next[i].push_back(static_cast<int32_t>(rng() % c.vocab_size));
+      total += rows[i];
       for (KvSequence* s : {&a[i], &b[i]}) {
-        runner.kv_pool().extend(*s, static_cast<int>(prompt.size()) + 1);
+        runner.kv_pool().extend(*s, static_cast<int>(prompt.size()) + rows[i]);
         BatchLogits l;
         EXPECT_TRUE(runner.Forward(Batch{Phase::kPrefill, {{s, prompt, false}}}, &l).ok());
       }
     }
     Batch step{Phase::kDecode, {}};
     std::vector<cpu::DecodeStepItem> items;
-    for (int i = 0; i < batch; ++i) {
-      step.items.push_back({&a[i], std::span(&next[i], 1), false});
+    for (int i = 0; i < n; ++i) {
+      step.items.push_back({&a[i], next[i], true});
       items.push_back({&b[i], next[i]});
     }
     BatchLogits want;
     EXPECT_TRUE(runner.Forward(step, &want).ok());
-    auto plan = PlanDecodeStep(model.program(), c, {workers, 2, 16, batch});
+    auto plan = PlanDecodeStep(model.program(), c, {workers, 2, 16, total});
     EXPECT_TRUE(plan.ok()) << plan.status();
     std::vector<float> got;
     EXPECT_TRUE(
@@ -96,7 +103,7 @@ class DecodeScheduleExecutorTest : public ::testing::Test {
     for (size_t i = 0; i < got.size() && i < want.values.size(); ++i) {
       worst = std::max(worst, double(std::fabs(got[i] - want.values[i])));
     }
-    for (int i = 0; i < batch; ++i) {
+    for (int i = 0; i < n; ++i) {
       EXPECT_EQ(b[i].num_tokens, a[i].num_tokens);
       runner.kv_pool().release(a[i]);
       runner.kv_pool().release(b[i]);
@@ -131,11 +138,21 @@ TEST_F(DecodeScheduleExecutorTest, EqualsTheDecodeStepBitForBit) {
       for (int workers : {1, 3, 7}) {
         SCOPED_TRACE(::testing::Message()
                      << model->path << " batch " << batch << ", " << workers << " workers");
-        EXPECT_EQ(StepBothWays(**runner, batch, workers, seed + batch), 0.0);
+        EXPECT_EQ(StepBothWays(**runner, std::vector<int>(batch, 1), workers, seed + batch), 0.0);
       }
     }
-    // Batch 4: the reference's multi-row dot of quantized weights sums in another order.
-    EXPECT_LT(StepBothWays(**runner, 4, 5, seed + 4), 1e-4);
+    // Batch 4 and verification passes: the reference's multi-row dot of quantized weights sums
+    // in another order; plain weights stay bitwise.
+    const bool plain = model == m.get();
+    for (const std::vector<int>& rows :
+         {std::vector<int>{1, 1, 1, 1}, std::vector<int>{5}, std::vector<int>{3, 2}}) {
+      const double d = StepBothWays(**runner, rows, 5, seed + rows.size());
+      if (plain) {
+        EXPECT_EQ(d, 0.0) << rows.size() << " sequences";
+      } else {
+        EXPECT_LT(d, 1e-4) << rows.size() << " sequences";
+      }
+    }
   }
   std::filesystem::remove_all(dir);
 }
@@ -151,12 +168,14 @@ TEST_F(DecodeScheduleExecutorTest, RefusesWhatItCannotRun) {
   KvSequence seq;
   (*runner)->kv_pool().extend(seq, 1);
   std::vector<float> logits;
-  const cpu::DecodeStepItem one[] = {{&seq, 1}};
+  const int32_t ok_token = 1, bad_low = -1, bad_high = m->config.vocab_size;
+  const cpu::DecodeStepItem one[] = {{&seq, std::span(&ok_token, 1)}};
   EXPECT_EQ(
       cpu::RunDecodeSchedule(*plan, model.program(), m->config, one, (*runner)->kv_pool(), &logits)
           .code(),
       absl::StatusCode::kInvalidArgument);  // batch 1 for a batch-2 plan
-  const cpu::DecodeStepItem bad[] = {{&seq, -1}, {&seq, m->config.vocab_size}};
+  const cpu::DecodeStepItem bad[] = {{&seq, std::span(&bad_low, 1)},
+                                     {&seq, std::span(&bad_high, 1)}};
   EXPECT_EQ(
       cpu::RunDecodeSchedule(*plan, model.program(), m->config, bad, (*runner)->kv_pool(), &logits)
           .code(),

@@ -49,7 +49,8 @@ Inputs Random(GatedDeltaShape s, int64_t t, uint64_t seed) {
 
 double MaxDiff(const std::vector<float>& a, const std::vector<float>& b) {
   double m = a.size() == b.size() ? 0.0 : 1e30;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, double(std::fabs(a[i] - b[i])));
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    m = std::max(m, double(std::fabs(a[i] - b[i])));
   return m;
 }
 
@@ -64,8 +65,8 @@ Result Recurrent(const Inputs& in) {
 }
 Result Chunked(const Inputs& in, int chunk) {
   Result r{std::vector<float>(in.t * in.s.heads * in.s.dv), in.state};
-  GatedDeltaChunked(in.s, in.t, in.q.data(), in.k.data(), in.v.data(), in.g.data(),
-                    in.beta.data(), r.state.data(), r.out.data(), chunk);
+  GatedDeltaChunked(in.s, in.t, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                    r.state.data(), r.out.data(), chunk);
   return r;
 }
 
