@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <random>
@@ -153,6 +154,68 @@ TEST_F(DecodeScheduleExecutorTest, EqualsTheDecodeStepBitForBit) {
         EXPECT_LT(d, 1e-4) << rows.size() << " sequences";
       }
     }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Batch invariance comes with the schedule: each row's tasks compute it alone (per-row dots,
+// per-row attention), so a sequence's logits are the same bits whether it decodes alone or
+// beside three others, on int4 weights too (where DecoderModel's multi-row dot differs).
+TEST_F(DecodeScheduleExecutorTest, ARowsLogitsDoNotDependOnItsBatchMates) {
+  std::unique_ptr<Model> m = testing::LoadTinyQwen3();
+  ASSERT_NE(m, nullptr);
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("dq-sched-inv-" + std::to_string(::getpid())))
+          .string();
+  QuantizeCheckpointOptions qo;
+  qo.format = "int4";
+  qo.group_size = 32;
+  qo.progress = false;
+  ASSERT_TRUE(QuantizeCheckpoint(*m, dir, qo).ok());
+  auto q = LoadModel(dir);
+  ASSERT_TRUE(q.ok()) << q.status();
+  ModelRunnerOptions ro;
+  ro.threads = 2;
+  ro.kv_capacity = 256;
+  auto runner = ModelRunner::Create(*(*q)->checkpoint, (*q)->config, ro);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  const auto& model = dynamic_cast<const DecoderModel&>((*runner)->forward_model(Phase::kDecode));
+  const ModelConfig& c = model.config();
+  std::mt19937 rng(std::random_device{}());
+  const int n = 4;
+  std::vector<KvSequence> alone(n), together(n);
+  std::vector<int32_t> next(n);
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> prompt(6 + 5 * i);
+    for (auto& t : prompt) t = static_cast<int32_t>(rng() % c.vocab_size);
+    next[i] = static_cast<int32_t>(rng() % c.vocab_size);
+    for (KvSequence* s : {&alone[i], &together[i]}) {
+      (*runner)->kv_pool().extend(*s, static_cast<int>(prompt.size()) + 1);
+      BatchLogits l;
+      ASSERT_TRUE((*runner)->Forward(Batch{Phase::kPrefill, {{s, prompt, false}}}, &l).ok());
+    }
+  }
+  auto one = PlanDecodeStep(model.program(), c, {3, 2, 16, 1});
+  auto four = PlanDecodeStep(model.program(), c, {3, 2, 16, n});
+  ASSERT_TRUE(one.ok() && four.ok());
+  std::vector<cpu::DecodeStepItem> items;
+  for (int i = 0; i < n; ++i) items.push_back({&together[i], std::span(&next[i], 1)});
+  std::vector<float> batched;
+  ASSERT_TRUE(
+      cpu::RunDecodeSchedule(*four, model.program(), c, items, (*runner)->kv_pool(), &batched)
+          .ok());
+  for (int i = 0; i < n; ++i) {
+    const cpu::DecodeStepItem single[] = {{&alone[i], std::span(&next[i], 1)}};
+    std::vector<float> logits;
+    ASSERT_TRUE(
+        cpu::RunDecodeSchedule(*one, model.program(), c, single, (*runner)->kv_pool(), &logits)
+            .ok());
+    EXPECT_TRUE(std::equal(logits.begin(), logits.end(), batched.begin() + i * c.vocab_size))
+        << "row " << i;
+  }
+  for (int i = 0; i < n; ++i) {
+    (*runner)->kv_pool().release(alone[i]);
+    (*runner)->kv_pool().release(together[i]);
   }
   std::filesystem::remove_all(dir);
 }
