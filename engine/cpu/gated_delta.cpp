@@ -1,5 +1,6 @@
 #include "engine/cpu/gated_delta.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -159,6 +160,45 @@ void GatedDeltaChunked(const GatedDeltaShape& s, int64_t tokens, const float* q,
       const int n = static_cast<int>(std::min<int64_t>(chunk, tokens - t0));
       const ChunkInputs in = Gather(s, h, t0, n, chunk, q, k, v, g, beta);
       Chunk(s, h, t0, n, chunk, in, S, out);
+    }
+  }
+}
+
+void L2NormRows(float* x, int64_t rows, int dim, float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* xr = x + r * dim;
+    const float inv = 1.0f / std::sqrt(Dot(xr, xr, dim) + eps);
+    for (int d = 0; d < dim; ++d) xr[d] *= inv;
+  }
+}
+
+void CausalConv1dSilu(int channels, int kernel, int64_t tokens, const float* x, const float* weight,
+                      float* state, float* out) {
+  const int hist = kernel - 1;
+  std::vector<float> window(kernel);
+  for (int c = 0; c < channels; ++c) {
+    float* st = state + int64_t{c} * hist;
+    const float* w = weight + int64_t{c} * kernel;
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::copy(st, st + hist, window.begin());
+      window[hist] = x[t * channels + c];
+      float acc = 0.0f;
+      for (int j = 0; j < kernel; ++j) acc += w[j] * window[j];
+      out[t * channels + c] = acc / (1.0f + std::exp(-acc));
+      std::copy(window.begin() + 1, window.end(), st);
+    }
+  }
+}
+
+void GatedRmsNorm(const float* x, const float* z, const float* weight, int64_t rows, int dim,
+                  float eps, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    const float* zr = z + r * dim;
+    const float inv = 1.0f / std::sqrt(Dot(xr, xr, dim) / static_cast<float>(dim) + eps);
+    for (int d = 0; d < dim; ++d) {
+      const float gate = zr[d] / (1.0f + std::exp(-zr[d]));
+      out[r * dim + d] = weight[d] * (xr[d] * inv) * gate;
     }
   }
 }

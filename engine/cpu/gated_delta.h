@@ -32,4 +32,20 @@ void GatedDeltaChunked(const GatedDeltaShape& s, int64_t tokens, const float* q,
                        const float* v, const float* g, const float* beta, float* state, float* out,
                        int chunk = 64);
 
+// The layer's other per-token steps around the recurrence.
+// x *= 1 / sqrt(sum(x^2) + eps) per row of `dim` (FLA's l2norm, which q and k go through).
+void L2NormRows(float* x, int64_t rows, int dim, float eps = 1e-6f);
+
+// The depthwise causal conv1d with SiLU over the q|k|v channels: out_t[c] =
+// silu(sum_j weight[c][j] x_{t - kernel + 1 + j}[c]), x [tokens][channels], weight
+// [channels][kernel]. `state` ([channels][kernel - 1], oldest first; zeros for a new sequence)
+// holds the inputs before x and is left holding the last kernel - 1, so prefill (many tokens)
+// and decode (one) are the same call.
+void CausalConv1dSilu(int channels, int kernel, int64_t tokens, const float* x, const float* weight,
+                      float* state, float* out);
+
+// The output gate: out = weight * RMSNorm(x) * silu(z) per row of `dim` (a value head).
+void GatedRmsNorm(const float* x, const float* z, const float* weight, int64_t rows, int dim,
+                  float eps, float* out);
+
 }  // namespace dq::cpu

@@ -123,5 +123,50 @@ TEST(GatedDelta, OneStepFromZeroHasItsClosedForm) {
   }
 }
 
+// The conv over a whole prompt equals the conv over its first part and then token by token with
+// the carried state, and equals the direct sum with zero history.
+TEST(GatedDelta, CausalConvPrefillAndDecodeAgreeWithTheDirectSum) {
+  std::mt19937_64 rng(std::random_device{}());
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  const int channels = 5, kernel = 4;
+  const int64_t t = 11;
+  std::vector<float> x(t * channels), w(channels * kernel);
+  for (float& v : x) v = n(rng);
+  for (float& v : w) v = n(rng);
+  std::vector<float> whole(t * channels), state(channels * (kernel - 1), 0.0f);
+  CausalConv1dSilu(channels, kernel, t, x.data(), w.data(), state.data(), whole.data());
+  for (int64_t i = 0; i < t; ++i) {
+    for (int c = 0; c < channels; ++c) {
+      double acc = 0;
+      for (int j = 0; j < kernel; ++j) {
+        const int64_t src = i - (kernel - 1) + j;
+        if (src >= 0) acc += double{w[c * kernel + j]} * x[src * channels + c];
+      }
+      EXPECT_NEAR(whole[i * channels + c], acc / (1 + std::exp(-acc)), 1e-5) << i << " " << c;
+    }
+  }
+  std::vector<float> split(t * channels), st(channels * (kernel - 1), 0.0f);
+  CausalConv1dSilu(channels, kernel, 6, x.data(), w.data(), st.data(), split.data());
+  for (int64_t i = 6; i < t; ++i) {
+    CausalConv1dSilu(channels, kernel, 1, x.data() + i * channels, w.data(), st.data(),
+                     split.data() + i * channels);
+  }
+  EXPECT_EQ(split, whole);
+  EXPECT_EQ(st, state);
+}
+
+TEST(GatedDelta, L2NormAndGatedRmsNormHaveTheirFormulas) {
+  std::vector<float> x = {3.0f, 4.0f, 0.0f, 0.0f};
+  L2NormRows(x.data(), 2, 2);
+  EXPECT_NEAR(x[0], 0.6f, 1e-6);
+  EXPECT_NEAR(x[1], 0.8f, 1e-6);
+  EXPECT_EQ(x[2], 0.0f);  // the eps keeps a zero row finite
+  const float in[2] = {1.0f, -1.0f}, z[2] = {0.0f, 2.0f}, weight[2] = {2.0f, 0.5f};
+  float out[2];
+  GatedRmsNorm(in, z, weight, 1, 2, 0.0f, out);
+  EXPECT_NEAR(out[0], 0.0f, 1e-7);  // silu(0) = 0
+  EXPECT_NEAR(out[1], 0.5f * -1.0f * (2.0f / (1.0f + std::exp(-2.0f))), 1e-6);
+}
+
 }  // namespace
 }  // namespace dq::cpu
