@@ -23,6 +23,7 @@ struct Options {
   int gen_tokens = 128;
   int threads = 0;
   int reps = 3;
+  bool q8 = false;  // the fast 8-bit-activation decode path (ModelRunnerOptions::cpu_q8_decode)
 };
 
 struct Timing {
@@ -59,6 +60,7 @@ absl::Status Run(const Options& o) {
   dq::ModelRunnerOptions ro;
   ro.threads = o.threads;
   ro.kv_capacity = o.prompt_tokens + o.gen_tokens + 16;
+  ro.cpu_q8_decode = o.q8;
   DQ_ASSIGN_OR_RETURN(auto runner, dq::ModelRunner::Create(*model->checkpoint, model->config, ro));
   std::mt19937 rng(7);
   std::uniform_int_distribution<int32_t> dist(1000, std::min(model->config.vocab_size, 40000) - 1);
@@ -69,7 +71,7 @@ absl::Status Run(const Options& o) {
   best = Timing{};
   for (int r = 0; r < o.reps; ++r)
     DQ_RETURN_IF_ERROR(RunOnce(*runner, prompt, o.gen_tokens, &best));
-  nlohmann::json j = {{"engine", "dqserve-cpu"},
+  nlohmann::json j = {{"engine", o.q8 ? "dqserve-cpu (q8 decode)" : "dqserve-cpu"},
                       {"model", o.model},
                       {"threads", runner->threads().num_threads()},
                       {"prompt_tokens", o.prompt_tokens},
@@ -94,6 +96,7 @@ int main(int argc, char** argv) {
   app.add_option("--gen-tokens", o.gen_tokens, "tokens to decode");
   app.add_option("--threads", o.threads, "CPU threads (default: all)");
   app.add_option("--reps", o.reps, "timed repetitions (best is reported)");
+  app.add_flag("--q8", o.q8, "decode with 8-bit activations and integer dots (GGUF Q4_1 / Q8_0)");
   CLI11_PARSE(app, argc, argv);
   const absl::Status s = Run(o);
   if (!s.ok()) {

@@ -80,9 +80,11 @@ def main():
     a = ap.parse_args()
 
     print(f"dqserve: {a.prompt_tokens}-token prefill + {a.gen_tokens} decode steps ...", flush=True)
-    ours = json.loads(subprocess.check_output(
-        [a.dq_bench, "--model", a.model, "--threads", str(a.threads), "--prompt-tokens",
-         str(a.prompt_tokens), "--gen-tokens", str(a.gen_tokens), "--reps", str(a.reps)]))
+    cmd = [a.dq_bench, "--model", a.model, "--threads", str(a.threads), "--prompt-tokens",
+           str(a.prompt_tokens), "--gen-tokens", str(a.gen_tokens), "--reps", str(a.reps)]
+    ours = json.loads(subprocess.check_output(cmd))
+    # The fast decode path (8-bit activations, integer dots) beside the fp32 reference.
+    ours_q8 = json.loads(subprocess.check_output(cmd + ["--q8"]))
     print("llama.cpp: same ...", flush=True)
     theirs = bench_llamacpp(a.model, a.threads, a.prompt_tokens, a.gen_tokens, a.reps)
     bw = memory_bandwidth()
@@ -99,9 +101,10 @@ def main():
         "model": os.path.basename(a.model), "weight_bytes": wb,
         "memory_bandwidth_bytes_per_s": bw,
         "decode_roofline_tok_per_s": roofline,
-        "dqserve": ours, "llamacpp": theirs,
+        "dqserve": ours, "dqserve_q8": ours_q8, "llamacpp": theirs,
         "ratio_prefill": ours["prefill_tok_per_s"] / theirs["prefill_tok_per_s"],
         "ratio_decode": ours["decode_tok_per_s"] / theirs["decode_tok_per_s"],
+        "ratio_decode_q8": ours_q8["decode_tok_per_s"] / theirs["decode_tok_per_s"],
     }
     os.makedirs(a.out, exist_ok=True)
     stem = os.path.join(a.out, "cpu_smollm2_vs_llamacpp")
@@ -112,11 +115,11 @@ def main():
           f"{result['date']}.", f"Command: `{result['command']}`", "",
           "| engine | prefill tok/s (" + str(a.prompt_tokens) + " tokens) | decode tok/s | "
           "decode / roofline |", "|---|---|---|---|"]
-    for r in (ours, theirs):
+    for r in (ours, ours_q8, theirs):
         md.append(f"| {r['engine']} | {r['prefill_tok_per_s']:.1f} | {r['decode_tok_per_s']:.1f}"
                   f" | {100 * r['decode_tok_per_s'] / roofline:.0f} % |")
     md += ["", f"Ratios dqserve / llama.cpp: prefill {result['ratio_prefill']:.2f}x, decode "
-           f"{result['ratio_decode']:.2f}x.",
+           f"{result['ratio_decode']:.2f}x (q8 decode {result['ratio_decode_q8']:.2f}x).",
            f"Decode roofline: {bw / 1e9:.1f} GB/s measured copy bandwidth / {wb / 1e6:.1f} MB "
            f"of weights per token = {roofline:.0f} tok/s."]
     with open(stem + ".md", "w") as f:

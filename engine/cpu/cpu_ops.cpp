@@ -6,6 +6,7 @@
 
 #include "common/dtype.h"
 #include "engine/cpu/fp8_attention.h"
+#include "engine/cpu/q8_dot.h"
 #include "engine/cpu/vec_ops.h"
 #include "engine/quant/ggml_blocks.h"
 
@@ -74,10 +75,36 @@ void MatMulTiled(const LinearWeight& w, const float* x, int64_t rows, float* y, 
 
 }  // namespace
 
+namespace {
+
+// x quantized to 8-bit blocks once per row, then each weight row's integer dots.
+void MatMulQ8(const LinearWeight& w, const float* x, int64_t rows, float* y, ThreadPool& pool) {
+  const int64_t out = w.out_features, nb = w.in_features / 32;
+  std::vector<Q8Block> xq(rows * nb);
+  for (int64_t m = 0; m < rows; ++m) QuantizeQ8(x + m * w.in_features, w.in_features, &xq[m * nb]);
+  pool.ParallelFor(out, 64, [&](int64_t begin, int64_t end) {
+    constexpr int64_t kChunk = 32;
+    std::vector<float> tmp(kChunk);
+    for (int64_t r0 = begin; r0 < end; r0 += kChunk) {
+      const int nr = static_cast<int>(std::min(kChunk, end - r0));
+      for (int64_t m = 0; m < rows; ++m) {
+        DotQ8Rows(w.dtype, w.row(r0), w.row_bytes, nr, &xq[m * nb], nb, tmp.data());
+        std::copy_n(tmp.data(), nr, y + m * out + r0);
+      }
+    }
+  });
+}
+
+}  // namespace
+
 void MatMul(const LinearWeight& w, const float* x, int64_t rows, float* y, ThreadPool& pool,
-            bool bf16_weights) {
-  if (bf16_weights && w.mode == ComputeMode::kWeightOnly) {
+            const MatMulOptions& options) {
+  if (options.bf16_weights && w.mode == ComputeMode::kWeightOnly) {
     return MatMulTiled(w, x, rows, y, pool, true);
+  }
+  if (options.q8_activations && w.codec == nullptr && HasQ8Dot(w.dtype) &&
+      rows <= kFusedDotMaxRows && w.in_features % 32 == 0) {
+    return MatMulQ8(w, x, rows, y, pool);
   }
   if (w.codec != nullptr) {
     if (w.mode == ComputeMode::kWeightOnly) return MatMulTiled(w, x, rows, y, pool);

@@ -13,11 +13,18 @@
 
 namespace dq::cpu {
 
+struct MatMulOptions {
+  // W's values rounded to bf16 first (how the CUDA backend computes a weight-only linear of many
+  // rows, dequantized to bf16 for a GEMM; a test oracle).
+  bool bf16_weights = false;
+  // GGUF Q4_1 / Q8_0 weights at up to 8 rows: x quantized to 8-bit blocks once and integer dots
+  // (q8_dot.h), the fast decode path; not the reference.
+  bool q8_activations = false;
+};
+
 // y[m, :] = W x[m, :] for m in [0, rows): x is [rows, in], y is [rows, out], row-major.
-// `bf16_weights`: W's values rounded to bf16 first (how the CUDA backend computes a weight-only
-// linear of many rows, dequantized to bf16 for a GEMM; a test oracle).
 void MatMul(const LinearWeight& w, const float* x, int64_t rows, float* y, ThreadPool& pool,
-            bool bf16_weights = false);
+            const MatMulOptions& options = {});
 
 // out = x / sqrt(mean(x^2) + eps) * weight, per row of `n` values. `out` may alias `x`.
 void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t n, float eps, float* out);

@@ -8,12 +8,22 @@
 
 namespace dq {
 
+namespace {
+// How a pass computes its linears beyond their weights (DecoderModelOptions).
+struct LinearPolicy {
+  bool bf16 = false;  // CUDA's rounding (bf16_activations)
+  bool q8 = false;    // the fast 8-bit-activation dots (q8_decode)
+};
+
+}  // namespace
+
 struct DecoderModel::Scratch {
   int64_t m = 0;  // tokens in the batch
   std::vector<float> x, h, q, k, v, attn, gate, up;
   std::vector<cpu::AttentionToken> tokens;
   cpu::AttentionOptions attention;
-  bool bf16 = false;          // DecoderModelOptions::bf16_activations
+  bool bf16 = false;  // DecoderModelOptions::bf16_activations
+  LinearPolicy linears;
   bool cuda_prefill = false;  // CUDA runs this pass with its prefill kernels (not as decode steps)
 };
 
@@ -53,10 +63,11 @@ void RoundBf16(bool on, float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = BF16ToF32(F32ToBF16(x[i]));
 }
 
-// cpu::MatMul over s.m rows, with CUDA's weight rounding when emulating it (Scratch::bf16).
-void Linear(const LinearWeight& w, const float* x, float* y, int64_t rows, bool bf16,
+// cpu::MatMul over `rows` rows under `p`.
+void Linear(const LinearWeight& w, const float* x, float* y, int64_t rows, LinearPolicy p,
             ThreadPool& threads) {
-  cpu::MatMul(w, x, rows, y, threads, bf16 && CudaRoundsWeights(w, rows));
+  cpu::MatMul(w, x, rows, y, threads,
+              {.bf16_weights = p.bf16 && CudaRoundsWeights(w, rows), .q8_activations = p.q8});
 }
 
 }  // namespace
@@ -124,9 +135,9 @@ void DecoderModel::RunAttention(int layer, const AttentionBlock& w, Scratch& s, 
   cpu::RmsNorm(s.x.data(), w.norm.data(), s.m, c.hidden_size, c.rms_norm_eps, s.h.data());
   RoundBf16(s.bf16, s.h.data(), s.m * c.hidden_size);
   Observe(layer, LinearInput::kQkv, s.h, s.m, c.hidden_size);
-  Linear(w.q, s.h.data(), s.q.data(), s.m, s.bf16, threads);
-  Linear(w.k, s.h.data(), s.k.data(), s.m, s.bf16, threads);
-  Linear(w.v, s.h.data(), s.v.data(), s.m, s.bf16, threads);
+  Linear(w.q, s.h.data(), s.q.data(), s.m, s.linears, threads);
+  Linear(w.k, s.h.data(), s.k.data(), s.m, s.linears, threads);
+  Linear(w.v, s.h.data(), s.v.data(), s.m, s.linears, threads);
   RoundBf16(s.bf16, s.q.data(), s.m * c.q_dim());
   RoundBf16(s.bf16, s.k.data(), s.m * c.kv_dim());
   RoundBf16(s.bf16, s.v.data(), s.m * c.kv_dim());
@@ -153,7 +164,7 @@ void DecoderModel::RunAttention(int layer, const AttentionBlock& w, Scratch& s, 
                       s.attention);
   RoundBf16(s.bf16, s.attn.data(), s.m * c.q_dim());
   Observe(layer, LinearInput::kO, s.attn, s.m, c.q_dim());
-  Linear(w.o, s.attn.data(), s.h.data(), s.m, s.bf16, threads);
+  Linear(w.o, s.attn.data(), s.h.data(), s.m, s.linears, threads);
   cpu::AddInPlace(s.x.data(), s.h.data(), s.m * c.hidden_size);
 }
 
@@ -162,8 +173,8 @@ void DecoderModel::RunMlp(int layer, const MlpBlock& w, Scratch& s, ThreadPool& 
   cpu::RmsNorm(s.x.data(), w.norm.data(), s.m, c.hidden_size, c.rms_norm_eps, s.h.data());
   RoundBf16(s.bf16, s.h.data(), s.m * c.hidden_size);
   Observe(layer, LinearInput::kGateUp, s.h, s.m, c.hidden_size);
-  Linear(w.gate, s.h.data(), s.gate.data(), s.m, s.bf16, threads);
-  Linear(w.up, s.h.data(), s.up.data(), s.m, s.bf16, threads);
+  Linear(w.gate, s.h.data(), s.gate.data(), s.m, s.linears, threads);
+  Linear(w.up, s.h.data(), s.up.data(), s.m, s.linears, threads);
   const int64_t gu = s.m * c.intermediate_size;
   RoundBf16(s.bf16, s.gate.data(), gu);
   RoundBf16(s.bf16, s.up.data(), gu);
@@ -171,7 +182,7 @@ void DecoderModel::RunMlp(int layer, const MlpBlock& w, Scratch& s, ThreadPool& 
   const bool fused = s.cuda_prefill && IsFp8W8A8(w.down) && w.down.in_features % 8 == 0;
   RoundBf16(s.bf16 && !fused, s.gate.data(), gu);
   Observe(layer, LinearInput::kDown, s.gate, s.m, c.intermediate_size);
-  Linear(w.down, s.gate.data(), s.h.data(), s.m, s.bf16, threads);
+  Linear(w.down, s.gate.data(), s.h.data(), s.m, s.linears, threads);
   cpu::AddInPlace(s.x.data(), s.h.data(), s.m * c.hidden_size);
 }
 
@@ -198,7 +209,8 @@ void DecoderModel::Logits(const Batch& batch, Scratch& s, ThreadPool& threads,
   out->values.resize(n_rows * config_.vocab_size);
   // The lm_head takes the GEMV (exact dequantization) at any row count on CUDA when quantized.
   cpu::MatMul(program_.lm_head, rows.data(), n_rows, out->values.data(), threads,
-              s.bf16 && CudaRoundsWeights(program_.lm_head, 0));
+              {.bf16_weights = s.bf16 && CudaRoundsWeights(program_.lm_head, 0),
+               .q8_activations = s.linears.q8});
 }
 
 void DecoderModel::Prepare(const Batch& batch, Scratch& s) const {
@@ -219,6 +231,7 @@ void DecoderModel::Prepare(const Batch& batch, Scratch& s) const {
   }
   s.attention.fp8 = options_.fp8_prefill_attention && PrefillShaped(batch);
   s.bf16 = options_.bf16_activations;
+  s.linears = {s.bf16, options_.q8_decode && !s.bf16};
   s.cuda_prefill = !CudaDecodeShaped(batch);
   if (s.bf16 && s.cuda_prefill && !s.attention.fp8) {
     s.attention.bf16_p_key_tile = options_.cuda_prefill_key_tile;

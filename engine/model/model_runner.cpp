@@ -103,10 +103,12 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   // Phase-gated (DecoderModelOptions), so a prefill model shared with decode is fine.
   DecoderModelOptions prefill_options = options.cpu_prefill;
   prefill_options.bf16_activations |= options.cpu_bf16_activations;
+  prefill_options.q8_decode |= options.cpu_q8_decode;
   DQ_RETURN_IF_ERROR(prefill_model->SetOptions(prefill_options));
   if (decode_model != prefill_model) {
     DecoderModelOptions decode_options;
     decode_options.bf16_activations = prefill_options.bf16_activations;
+    decode_options.q8_decode = prefill_options.q8_decode;
     DQ_RETURN_IF_ERROR(decode_model->SetOptions(decode_options));
   }
   return std::unique_ptr<ModelRunner>(

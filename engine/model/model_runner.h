@@ -43,6 +43,8 @@ struct ModelRunnerOptions {
   // The CPU backend's models of both phases round activations as CUDA stores them
   // (DecoderModelOptions::bf16_activations): the GPU tests' reference for quantized modes.
   bool cpu_bf16_activations = false;
+  // The CPU backend's fast decode path in both phases' models (DecoderModelOptions::q8_decode).
+  bool cpu_q8_decode = false;
 };
 
 // The weights one phase computes with. The checkpoint must outlive the runner (weights are

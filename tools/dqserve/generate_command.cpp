@@ -43,6 +43,8 @@ struct GenerateOptions {
   std::string cuda_kernels;
   // The lm_head's format in both phases (common/lm_head_format.h): "bf16" keeps the stored one.
   std::string lm_head = "bf16";
+  bool cpu_q8 =
+      false;  // cpu: the fast 8-bit-activation decode path (DecoderModelOptions::q8_decode)
   SamplingParams sampling;
   std::string speculative = "none";  // drafter name, or none
   SpecConfig spec;
@@ -284,6 +286,7 @@ absl::Status RunGenerate(const GenerateOptions& o) {
     return absl::InvalidArgumentError("--device must be cpu or cuda");
   } else {
     ro.cpu_prefill.fp8_prefill_attention = o.prefill_attention == "fp8";
+    ro.cpu_q8_decode = o.cpu_q8;
   }
   DQ_ASSIGN_OR_RETURN(
       auto runner, ModelRunner::Create(
@@ -372,6 +375,9 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
                   "int3, int2, nvfp4 (quantized at load; docs/fidelity.md)")
       ->check(
           CLI::IsMember(std::vector<std::string>(kLmHeadFormats.begin(), kLmHeadFormats.end())));
+  cmd->add_flag("--cpu-q8", o->cpu_q8,
+                "cpu: decode steps quantize the inputs of GGUF Q4_1 / Q8_0 linears to 8-bit blocks "
+                "and use integer dots (faster, not the fp32 reference; docs/benchmarking.md)");
   cmd->add_option("--kv-capacity", o->kv_capacity,
                   "KV cache tokens (default min(context, 8192); a prompt plus its answer must fit)")
       ->check(CLI::Range(0, 1 << 24));
