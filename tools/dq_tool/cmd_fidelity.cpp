@@ -37,12 +37,15 @@ struct RunSpec {
   ComputeMode prefill_mode = ComputeMode::kWeightOnly, decode_mode = ComputeMode::kWeightOnly;
   bool fp8_attention = false;  // prefill passes in emulated FP8 attention ("+fp8attn")
   std::string decode_lm_head;  // the decode phase's PhaseWeights::lm_head ("+lm_head=int4")
+  bool q8_decode = false;      // decode steps on the fast 8-bit-activation path ("+q8")
 };
 
 // A phase's MODE may end in this: FP8 prefill attention (DecoderModelOptions), with w8a8.
 constexpr char kFp8AttnSuffix[] = "+fp8attn";
 // The decode phase's MODE may end in this and an lm_head format (common/lm_head_format.h).
 constexpr char kLmHeadSuffix[] = "+lm_head=";
+// ... and, last, this: decode steps with 8-bit activations and integer dots (cpu_q8_decode).
+constexpr char kQ8Suffix[] = "+q8";
 
 struct Stats {  // sums over positions
   double kl = 0, nll = 0;
@@ -60,46 +63,55 @@ absl::StatusOr<RunSpec> ParseRun(const std::string& s) {
   const size_t eq = s.find('=');
   if (eq == std::string::npos)
     return absl::InvalidArgumentError(
-        "--run needs LABEL=PREFILL[:MODE[+fp8attn]][,DECODE[:MODE[+lm_head=F]]]: " + s);
+        "--run needs LABEL=PREFILL[:MODE[+fp8attn]][,DECODE[:MODE[+lm_head=F][+q8]]]: " + s);
   r.label = s.substr(0, eq);
   std::vector<std::string> phases = absl::StrSplit(s.substr(eq + 1), ',');
-  auto parse = [](const std::string& p, std::string* path, ComputeMode* mode, bool* fp8_attention,
-                  std::string* lm_head) -> absl::Status {
+  // PATH[:MODE[+fp8attn][+lm_head=F][+q8]] of one phase.
+  struct PhaseSpec {
+    std::string path, lm_head;
+    ComputeMode mode = ComputeMode::kWeightOnly;
+    bool fp8_attention = false, q8 = false;
+  };
+  auto parse = [](const std::string& p, PhaseSpec* out) -> absl::Status {
     const size_t colon = p.rfind(':');
-    *path = colon == std::string::npos ? p : p.substr(0, colon);
-    if (colon == std::string::npos) {
-      *mode = ComputeMode::kWeightOnly;
-      return absl::OkStatus();
-    }
+    out->path = colon == std::string::npos ? p : p.substr(0, colon);
+    if (colon == std::string::npos) return absl::OkStatus();
     std::string m = p.substr(colon + 1);
+    out->q8 = absl::EndsWith(m, kQ8Suffix);
+    if (out->q8) m.resize(m.size() - std::strlen(kQ8Suffix));
     if (const size_t lm = m.find(kLmHeadSuffix); lm != std::string::npos) {
-      *lm_head = m.substr(lm + std::strlen(kLmHeadSuffix));
-      DQ_RETURN_IF_ERROR(CheckLmHeadFormat(*lm_head));
+      out->lm_head = m.substr(lm + std::strlen(kLmHeadSuffix));
+      DQ_RETURN_IF_ERROR(CheckLmHeadFormat(out->lm_head));
       m.resize(lm);
     }
-    *fp8_attention = absl::EndsWith(m, kFp8AttnSuffix);
-    if (*fp8_attention) m.resize(m.size() - std::strlen(kFp8AttnSuffix));
-    DQ_ASSIGN_OR_RETURN(*mode, ParseComputeMode(m));
+    out->fp8_attention = absl::EndsWith(m, kFp8AttnSuffix);
+    if (out->fp8_attention) m.resize(m.size() - std::strlen(kFp8AttnSuffix));
+    DQ_ASSIGN_OR_RETURN(out->mode, ParseComputeMode(m));
     return absl::OkStatus();
   };
-  std::string prefill_lm_head;
-  DQ_RETURN_IF_ERROR(
-      parse(phases[0], &r.prefill_path, &r.prefill_mode, &r.fp8_attention, &prefill_lm_head));
-  if (!prefill_lm_head.empty()) {
+  PhaseSpec prefill;
+  DQ_RETURN_IF_ERROR(parse(phases[0], &prefill));
+  if (!prefill.lm_head.empty() || prefill.q8) {
     return absl::InvalidArgumentError(
-        "--run: +lm_head= is for the decode phase (LABEL=PREFILL,DECODE:MODE+lm_head=F): " + s);
+        "--run: +lm_head= and +q8 are for the decode phase (LABEL=PREFILL,DECODE:MODE+q8): " + s);
   }
+  r.prefill_path = prefill.path;
+  r.prefill_mode = prefill.mode;
+  r.fp8_attention = prefill.fp8_attention;
   // One phase given: both phases run it, in the same compute mode.
   r.decode_path = r.prefill_path;
   r.decode_mode = r.prefill_mode;
   if (phases.size() > 1) {
-    bool decode_fp8_attention = false;
-    DQ_RETURN_IF_ERROR(
-        parse(phases[1], &r.decode_path, &r.decode_mode, &decode_fp8_attention, &r.decode_lm_head));
-    if (decode_fp8_attention) {
+    PhaseSpec decode;
+    DQ_RETURN_IF_ERROR(parse(phases[1], &decode));
+    if (decode.fp8_attention) {
       return absl::InvalidArgumentError(
           "--run: +fp8attn is for the prefill phase (decode steps keep exact attention): " + s);
     }
+    r.decode_path = decode.path;
+    r.decode_mode = decode.mode;
+    r.decode_lm_head = decode.lm_head;
+    r.q8_decode = decode.q8;
   }
   return r;
 }
@@ -170,6 +182,7 @@ absl::StatusOr<nlohmann::json> EvaluateRun(const RunSpec& r, ModelCache& cache,
   ro.threads = o.threads;
   ro.kv_capacity = static_cast<int>(ids.size()) + 16;
   ro.cpu_prefill.fp8_prefill_attention = r.fp8_attention;
+  ro.cpu_q8_decode = r.q8_decode;  // passes of up to 8 rows: the decode steps, not the prefill
   DQ_ASSIGN_OR_RETURN(
       auto runner,
       ModelRunner::Create(
@@ -190,7 +203,8 @@ absl::StatusOr<nlohmann::json> EvaluateRun(const RunSpec& r, ModelCache& cache,
       {"decode",
        {{"weights", r.decode_path},
         {"compute", ComputeModeName(r.decode_mode)},
-        {"lm_head", KeepsStoredLmHead(r.decode_lm_head) ? "stored" : r.decode_lm_head}}},
+        {"lm_head", KeepsStoredLmHead(r.decode_lm_head) ? "stored" : r.decode_lm_head},
+        {"activations", r.q8_decode ? "q8 (fast path)" : "fp32"}}},
       {"prefill_side", prefill.Json()},
       {"decode_side", decode.Json()},
       {"all", all.Json()}};
@@ -265,12 +279,14 @@ void RegisterFidelity(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand("fidelity", "KL / top-1 / perplexity of per-phase formats");
   cmd->add_option("--reference", o->reference, "the model as shipped")->required();
   cmd->add_option("--text", o->text_file, "text to teacher-force")->required();
-  cmd->add_option("--run", o->runs,
-                  "LABEL=PREFILL[:MODE[+fp8attn]][,DECODE[:MODE[+lm_head=F]]] (MODE: "
-                  "weight_only, w8a8, w4a4; +fp8attn: the prefill pass's attention in FP8 e4m3 "
-                  "as the CUDA FP8 prefill kernel computes it, emulated on the CPU; needs w8a8 on "
-                  "fp8 weights; +lm_head=F: the decode phase's lm_head quantized to F at load, "
-                  "int8, int4, int3, int2 or nvfp4); repeatable")
+  cmd->add_option(
+         "--run", o->runs,
+         "LABEL=PREFILL[:MODE[+fp8attn]][,DECODE[:MODE[+lm_head=F]]] (MODE: "
+         "weight_only, w8a8, w4a4; +fp8attn: the prefill pass's attention in FP8 e4m3 "
+         "as the CUDA FP8 prefill kernel computes it, emulated on the CPU; needs w8a8 on "
+         "fp8 weights; +lm_head=F: the decode phase's lm_head quantized to F at load, "
+         "int8, int4, int3, int2 or nvfp4; +q8, last: decode steps with 8-bit activations and "
+         "integer dots on GGUF Q4_1 / Q8_0); repeatable")
       ->required();
   cmd->add_option("--tokens", o->tokens, "tokens of the text to use");
   cmd->add_option("--prefix", o->prefix, "tokens run as the prefill phase");
