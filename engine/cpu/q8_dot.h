@@ -28,10 +28,15 @@ void QuantizeQ8(const float* x, int64_t n, Q8Block* out);
 
 // Row `row` (GGUF blocks of `t`, HasQ8Dot) times the quantized activations, `nblocks` blocks.
 float DotQ8(DType t, const uint8_t* row, const Q8Block* x, int64_t nblocks);
+// Which vector kernels run: the best this CPU has (read once from CPUID), or one named (tests run
+// each the machine has; a named one it lacks falls back to AVX2).
+enum class Q8Isa { kBest, kAvx2, kAvxVnni };
+bool CpuHasAvxVnni();
+
 // out[r] = DotQ8(t, rows + r * row_bytes, x, nblocks) for r in [0, nrows), the same bits, with
 // each x block loaded once for several rows.
 void DotQ8Rows(DType t, const uint8_t* rows, int64_t row_bytes, int nrows, const Q8Block* x,
-               int64_t nblocks, float* out);
+               int64_t nblocks, float* out, Q8Isa isa = Q8Isa::kBest);
 // The same in plain C++ (the tests' reference for the vector code).
 float DotQ8Scalar(DType t, const uint8_t* row, const Q8Block* x, int64_t nblocks);
 

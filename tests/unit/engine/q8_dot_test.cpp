@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <vector>
 
@@ -113,11 +114,18 @@ TEST(Q8Dot, MatMulTakesItOnlyWhereAsked) {
     }
   }
   EXPECT_NE(exact, fast);
-  // The multi-row kernel: each row the same bits as alone (5 rows: one group of 4 and a tail).
-  float five[5];
-  DotQ8Rows(DType::kQ4_1, w.row(3), w.row_bytes, 5, q.data(), nb, five);
-  for (int r = 0; r < 5; ++r) {
-    EXPECT_EQ(five[r], DotQ8(DType::kQ4_1, w.row(3 + r), q.data(), nb)) << r;
+  // The multi-row kernels (AVX2, and AVX-VNNI where the CPU has it): each row the same bits as
+  // alone (5 rows: one group of 4 and a tail).
+  std::vector<Q8Isa> isas = {Q8Isa::kAvx2};
+  if (CpuHasAvxVnni()) isas.push_back(Q8Isa::kAvxVnni);
+  std::printf("q8 multi-row kernels tested: %zu (AVX-VNNI %s)\n", isas.size(),
+              CpuHasAvxVnni() ? "yes" : "not on this CPU");
+  for (Q8Isa isa : isas) {
+    float five[5];
+    DotQ8Rows(DType::kQ4_1, w.row(3), w.row_bytes, 5, q.data(), nb, five, isa);
+    for (int r = 0; r < 5; ++r) {
+      EXPECT_EQ(five[r], DotQ8(DType::kQ4_1, w.row(3 + r), q.data(), nb)) << r;
+    }
   }
 }
 
