@@ -62,6 +62,20 @@ TEST(DecodeSchedule, CoversAStepOnceInAnOrderWorkersCannotDeadlockOn) {
 
 class DecodeScheduleExecutorTest : public ::testing::Test {
  protected:
+  static std::string ScratchDir(const std::string& prefix) {
+    return (std::filesystem::temp_directory_path() / (prefix + std::to_string(::getpid())))
+        .string();
+  }
+  // `m` quantized to int4 (group 32) under `dir` and loaded: the codec path of LinearRowDot.
+  static absl::StatusOr<std::unique_ptr<Model>> Int4Copy(const Model& m, const std::string& dir) {
+    QuantizeCheckpointOptions qo;
+    qo.format = "int4";
+    qo.group_size = 32;
+    qo.progress = false;
+    DQ_RETURN_IF_ERROR(QuantizeCheckpoint(m, dir, qo));
+    return LoadModel(dir);
+  }
+
   // Prefills one random prompt per entry of `rows` in `runner`, then runs one pass of rows[i] new
   // tokens for sequence i both ways (DecoderModel with every row's logits; the schedule) and
   // returns the largest |Δlogit| (0 when bitwise equal).
@@ -117,15 +131,8 @@ TEST_F(DecodeScheduleExecutorTest, EqualsTheDecodeStepBitForBit) {
   std::unique_ptr<Model> m = testing::LoadTinyQwen3();
   ASSERT_NE(m, nullptr);
   // int4 weights too: the codec path of LinearRowDot.
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("dq-sched-" + std::to_string(::getpid())))
-          .string();
-  QuantizeCheckpointOptions qo;
-  qo.format = "int4";
-  qo.group_size = 32;
-  qo.progress = false;
-  ASSERT_TRUE(QuantizeCheckpoint(*m, dir, qo).ok());
-  auto q = LoadModel(dir);
+  const std::string dir = ScratchDir("dq-sched-");
+  auto q = Int4Copy(*m, dir);
   ASSERT_TRUE(q.ok()) << q.status();
   const uint64_t seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
@@ -164,15 +171,8 @@ TEST_F(DecodeScheduleExecutorTest, EqualsTheDecodeStepBitForBit) {
 TEST_F(DecodeScheduleExecutorTest, ARowsLogitsDoNotDependOnItsBatchMates) {
   std::unique_ptr<Model> m = testing::LoadTinyQwen3();
   ASSERT_NE(m, nullptr);
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("dq-sched-inv-" + std::to_string(::getpid())))
-          .string();
-  QuantizeCheckpointOptions qo;
-  qo.format = "int4";
-  qo.group_size = 32;
-  qo.progress = false;
-  ASSERT_TRUE(QuantizeCheckpoint(*m, dir, qo).ok());
-  auto q = LoadModel(dir);
+  const std::string dir = ScratchDir("dq-sched-inv-");
+  auto q = Int4Copy(*m, dir);
   ASSERT_TRUE(q.ok()) << q.status();
   ModelRunnerOptions ro;
   ro.threads = 2;
