@@ -377,7 +377,7 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
           CLI::IsMember(std::vector<std::string>(kLmHeadFormats.begin(), kLmHeadFormats.end())));
   cmd->add_flag("--cpu-q8", o->cpu_q8,
                 "cpu: decode steps quantize the inputs of GGUF Q4_1 / Q8_0 linears to 8-bit blocks "
-                "and use integer dots (faster, not the fp32 reference; docs/benchmarking.md)");
+                "and use integer dots (faster, not the fp32 reference; bench/cpu.sh measures it)");
   cmd->add_option("--kv-capacity", o->kv_capacity,
                   "KV cache tokens (default min(context, 8192); a prompt plus its answer must fit)")
       ->check(CLI::Range(0, 1 << 24));
