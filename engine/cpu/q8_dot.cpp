@@ -110,17 +110,32 @@ void DotQ4_1Rows4Avx2(const uint8_t* row, int64_t row_bytes, const Q8Block* x, i
   for (int r = 0; r < 4; ++r) out[r] = HorizontalSum(acc[r]) + _mm_cvtss_f32(mins[r]);
 }
 
-// Q8_0's signed weights: |w| as the unsigned operand and x's sign moved onto it.
+// One Q8_0 block of one row: its signed weights' |w| as the unsigned operand and x's sign moved
+// onto it. Shared by the single- and multi-row kernels (the same bits either way).
+inline void Q8_0Block(const uint8_t* row, const Q8Block& x, __m256i q8, __m256& acc) {
+  const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2));
+  const __m256 sum = _mm256_cvtepi32_ps(DotU8S8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(q8, w)));
+  const float d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(row[0] | (row[1] << 8))));
+  acc = _mm256_fmadd_ps(sum, _mm256_set1_ps(d * x.d), acc);
+}
+
 float DotQ8_0Avx2(const uint8_t* row, const Q8Block* x, int64_t nblocks) {
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < nblocks; ++b, row += kQ8_0Bytes) {
-    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2));
-    const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].q));
-    const __m256 sum = _mm256_cvtepi32_ps(DotU8S8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(q8, w)));
-    const float d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(row[0] | (row[1] << 8))));
-    acc = _mm256_fmadd_ps(sum, _mm256_set1_ps(d * x[b].d), acc);
+    Q8_0Block(row, x[b], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].q)), acc);
   }
   return HorizontalSum(acc);
+}
+
+void DotQ8_0Rows4Avx2(const uint8_t* row, int64_t row_bytes, const Q8Block* x, int64_t nblocks,
+                      float* out) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
+  for (int64_t b = 0; b < nblocks; ++b) {
+    const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].q));
+    for (int r = 0; r < 4; ++r) Q8_0Block(row + r * row_bytes + b * kQ8_0Bytes, x[b], q8, acc[r]);
+  }
+  for (int r = 0; r < 4; ++r) out[r] = HorizontalSum(acc[r]);
 }
 #endif
 
@@ -180,6 +195,10 @@ void DotQ8Rows(DType t, const uint8_t* rows, int64_t row_bytes, int nrows, const
     const bool vnni = isa != Q8Isa::kAvx2 && CpuHasAvxVnni();
     const auto rows4 = vnni ? DotQ4_1Rows4Vnni : DotQ4_1Rows4Avx2;
     for (; r + 4 <= nrows; r += 4) rows4(rows + r * row_bytes, row_bytes, x, nblocks, out + r);
+  } else if (t == DType::kQ8_0) {
+    for (; r + 4 <= nrows; r += 4) {
+      DotQ8_0Rows4Avx2(rows + r * row_bytes, row_bytes, x, nblocks, out + r);
+    }
   }
 #endif
   for (; r < nrows; ++r) out[r] = DotQ8(t, rows + r * row_bytes, x, nblocks);

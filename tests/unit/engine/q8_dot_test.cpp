@@ -127,6 +127,17 @@ TEST(Q8Dot, MatMulTakesItOnlyWhereAsked) {
       EXPECT_EQ(five[r], DotQ8(DType::kQ4_1, w.row(3 + r), q.data(), nb)) << r;
     }
   }
+  // Q8_0's 4-row kernel the same way.
+  std::vector<uint8_t> q8_rows;
+  for (int r = 0; r < 5; ++r) {
+    const std::vector<uint8_t> row = RandomRow(DType::kQ8_0, nb, rng);
+    q8_rows.insert(q8_rows.end(), row.begin(), row.end());
+  }
+  float five8[5];
+  DotQ8Rows(DType::kQ8_0, q8_rows.data(), nb * 34, 5, q.data(), nb, five8);
+  for (int r = 0; r < 5; ++r) {
+    EXPECT_EQ(five8[r], DotQ8(DType::kQ8_0, q8_rows.data() + r * nb * 34, q.data(), nb)) << r;
+  }
 }
 
 }  // namespace
