@@ -34,15 +34,6 @@ void MatMulFused(const LinearWeight& w, const float* x, int64_t rows, float* y, 
   });
 }
 
-// Writes row `r` of `w` as fp32 (stored dtype or quantization scheme).
-void WeightRow(const LinearWeight& w, int64_t r, float* dst) {
-  if (w.codec != nullptr) {
-    w.codec->DequantizeRow(w.quantized, r, dst);
-  } else {
-    DequantizeRow(w.dtype, w.row(r), dst, w.in_features);
-  }
-}
-
 void MatMulTiled(const LinearWeight& w, const float* x, int64_t rows, float* y, ThreadPool& pool,
                  bool bf16_weights = false) {
   const int64_t out = w.out_features, in = w.in_features;
@@ -52,7 +43,7 @@ void MatMulTiled(const LinearWeight& w, const float* x, int64_t rows, float* y, 
     for (int64_t t = begin; t < end; ++t) {
       const int64_t r0 = t * kRowTile;
       const int64_t nr = std::min(kRowTile, out - r0);
-      for (int64_t i = 0; i < nr; ++i) WeightRow(w, r0 + i, &buf[i * in]);
+      for (int64_t i = 0; i < nr; ++i) DequantizeLinearRow(w, r0 + i, &buf[i * in]);
       if (bf16_weights) {
         for (int64_t i = 0; i < nr * in; ++i) buf[i] = BF16ToF32(F32ToBF16(buf[i]));
       }
@@ -268,7 +259,7 @@ void AttentionHead(const KvBlockPool& pool, int layer, const AttentionToken& t, 
 
 float LinearRowDot(const LinearWeight& w, int64_t r, const float* x, float* row) {
   if (w.codec == nullptr) return DotRow(w.dtype, w.row(r), x, w.in_features);
-  WeightRow(w, r, row);
+  DequantizeLinearRow(w, r, row);
   return DotF32(row, x, w.in_features);
 }
 

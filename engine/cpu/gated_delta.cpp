@@ -4,14 +4,10 @@
 #include <cmath>
 #include <vector>
 
+#include "engine/cpu/vec_ops.h"
+
 namespace dq::cpu {
 namespace {
-
-float Dot(const float* a, const float* b, int n) {
-  float s = 0.0f;
-  for (int i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
 
 // One head's inputs of one chunk, gathered contiguous and zero-padded to `c` tokens.
 struct ChunkInputs {
@@ -50,7 +46,8 @@ void WyFactors(const GatedDeltaShape& s, int c, const ChunkInputs& in, const std
   std::vector<float> a(int64_t{c} * c, 0.0f);
   for (int i = 0; i < c; ++i) {
     for (int j = 0; j < i; ++j) {
-      const float kk = in.beta[i] * Dot(&in.k[int64_t{i} * s.dk], &in.k[int64_t{j} * s.dk], s.dk);
+      const float kk =
+          in.beta[i] * DotF32(&in.k[int64_t{i} * s.dk], &in.k[int64_t{j} * s.dk], s.dk);
       a[int64_t{i} * c + j] = -kk * std::exp(G[i] - G[j]);
     }
   }
@@ -102,7 +99,7 @@ void Chunk(const GatedDeltaShape& s, int h, int64_t t0, int n, int c, const Chun
       o[e] = x;
     }
     for (int j = 0; j <= i; ++j) {
-      const float aij = Dot(qi, &in.k[int64_t{j} * s.dk], s.dk) * std::exp(G[i] - G[j]);
+      const float aij = DotF32(qi, &in.k[int64_t{j} * s.dk], s.dk) * std::exp(G[i] - G[j]);
       for (int e = 0; e < s.dv; ++e) o[e] += aij * vn[int64_t{j} * s.dv + e];
     }
   }
@@ -167,7 +164,7 @@ void GatedDeltaChunked(const GatedDeltaShape& s, int64_t tokens, const float* q,
 void L2NormRows(float* x, int64_t rows, int dim, float eps) {
   for (int64_t r = 0; r < rows; ++r) {
     float* xr = x + r * dim;
-    const float inv = 1.0f / std::sqrt(Dot(xr, xr, dim) + eps);
+    const float inv = 1.0f / std::sqrt(DotF32(xr, xr, dim) + eps);
     for (int d = 0; d < dim; ++d) xr[d] *= inv;
   }
 }
@@ -195,7 +192,7 @@ void GatedRmsNorm(const float* x, const float* z, const float* weight, int64_t r
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * dim;
     const float* zr = z + r * dim;
-    const float inv = 1.0f / std::sqrt(Dot(xr, xr, dim) / static_cast<float>(dim) + eps);
+    const float inv = 1.0f / std::sqrt(DotF32(xr, xr, dim) / static_cast<float>(dim) + eps);
     for (int d = 0; d < dim; ++d) {
       const float gate = zr[d] / (1.0f + std::exp(-zr[d]));
       out[r * dim + d] = weight[d] * (xr[d] * inv) * gate;

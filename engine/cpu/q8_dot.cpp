@@ -4,9 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-#if defined(__AVX2__)
-#include <immintrin.h>
-#endif
+#include "engine/quant/ggml_simd.h"
 
 namespace dq::cpu {
 namespace {
@@ -14,27 +12,7 @@ namespace {
 constexpr int64_t kQ4_1Bytes = 20;  // f16 d, f16 m, 16 bytes of nibbles (j, j + 16)
 constexpr int64_t kQ8_0Bytes = 34;  // f16 d, 32 int8
 
-float HalfAt(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return F16ToF32(h);
-}
-
 #if defined(__AVX2__)
-int HorizontalSum(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-  return _mm_cvtsi128_si32(s);
-}
-
-float HorizontalSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 // sum over 32 lanes of u8 a * s8 b, as 8 int32 partial sums.
 __m256i DotU8S8(__m256i a, __m256i b) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
@@ -67,7 +45,7 @@ float DotQ4_1Avx2(const uint8_t* row, const Q8Block* x, int64_t nblocks) {
   for (int64_t b = 0; b < nblocks; ++b, row += kQ4_1Bytes) {
     Q4_1Block(row, x[b], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].q)), acc, mins);
   }
-  return HorizontalSum(acc) + _mm_cvtss_f32(mins);
+  return ggml::HorizontalSum(acc) + _mm_cvtss_f32(mins);
 }
 
 // The same four rows with AVX-VNNI: one vpdpbusd instead of maddubs + madd per block (the same
@@ -92,7 +70,7 @@ __attribute__((target("avx2,fma,f16c,avxvnni"))) void DotQ4_1Rows4Vnni(
       mins[r] = _mm_add_ss(mins[r], _mm_movehdup_ps(scales));
     }
   }
-  for (int r = 0; r < 4; ++r) out[r] = HorizontalSum(acc[r]) + _mm_cvtss_f32(mins[r]);
+  for (int r = 0; r < 4; ++r) out[r] = ggml::HorizontalSum(acc[r]) + _mm_cvtss_f32(mins[r]);
 }
 
 // Four rows (row_bytes apart) against one x: each x block is loaded once for all four.
@@ -107,7 +85,7 @@ void DotQ4_1Rows4Avx2(const uint8_t* row, int64_t row_bytes, const Q8Block* x, i
       Q4_1Block(row + r * row_bytes + b * kQ4_1Bytes, x[b], q8, acc[r], mins[r]);
     }
   }
-  for (int r = 0; r < 4; ++r) out[r] = HorizontalSum(acc[r]) + _mm_cvtss_f32(mins[r]);
+  for (int r = 0; r < 4; ++r) out[r] = ggml::HorizontalSum(acc[r]) + _mm_cvtss_f32(mins[r]);
 }
 
 // One Q8_0 block of one row: its signed weights' |w| as the unsigned operand and x's sign moved
@@ -115,7 +93,7 @@ void DotQ4_1Rows4Avx2(const uint8_t* row, int64_t row_bytes, const Q8Block* x, i
 inline void Q8_0Block(const uint8_t* row, const Q8Block& x, __m256i q8, __m256& acc) {
   const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2));
   const __m256 sum = _mm256_cvtepi32_ps(DotU8S8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(q8, w)));
-  const float d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(row[0] | (row[1] << 8))));
+  const float d = ggml::LoadF16(row);
   acc = _mm256_fmadd_ps(sum, _mm256_set1_ps(d * x.d), acc);
 }
 
@@ -124,7 +102,7 @@ float DotQ8_0Avx2(const uint8_t* row, const Q8Block* x, int64_t nblocks) {
   for (int64_t b = 0; b < nblocks; ++b, row += kQ8_0Bytes) {
     Q8_0Block(row, x[b], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].q)), acc);
   }
-  return HorizontalSum(acc);
+  return ggml::HorizontalSum(acc);
 }
 
 void DotQ8_0Rows4Avx2(const uint8_t* row, int64_t row_bytes, const Q8Block* x, int64_t nblocks,
@@ -135,7 +113,7 @@ void DotQ8_0Rows4Avx2(const uint8_t* row, int64_t row_bytes, const Q8Block* x, i
     const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].q));
     for (int r = 0; r < 4; ++r) Q8_0Block(row + r * row_bytes + b * kQ8_0Bytes, x[b], q8, acc[r]);
   }
-  for (int r = 0; r < 4; ++r) out[r] = HorizontalSum(acc[r]);
+  for (int r = 0; r < 4; ++r) out[r] = ggml::HorizontalSum(acc[r]);
 }
 #endif
 
@@ -176,12 +154,13 @@ float DotQ8Scalar(DType t, const uint8_t* row, const Q8Block* x, int64_t nblocks
       const uint8_t* qs = row + b * kQ4_1Bytes + 4;
       for (int j = 0; j < 16; ++j) sum += (qs[j] & 15) * x[b].q[j] + (qs[j] >> 4) * x[b].q[j + 16];
       const uint8_t* blk = row + b * kQ4_1Bytes;
-      total += HalfAt(blk) * x[b].d * static_cast<float>(sum) + HalfAt(blk + 2) * x[b].s;
+      total +=
+          ggml::LoadF16(blk) * x[b].d * static_cast<float>(sum) + ggml::LoadF16(blk + 2) * x[b].s;
     } else {
       const uint8_t* blk = row + b * kQ8_0Bytes;
       const auto* qs = reinterpret_cast<const int8_t*>(blk + 2);
       for (int j = 0; j < 32; ++j) sum += qs[j] * x[b].q[j];
-      total += HalfAt(blk) * x[b].d * static_cast<float>(sum);
+      total += ggml::LoadF16(blk) * x[b].d * static_cast<float>(sum);
     }
   }
   return total;

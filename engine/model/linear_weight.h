@@ -33,4 +33,8 @@ struct LinearWeight {
   const uint8_t* row(int64_t r) const { return data + r * row_bytes; }
 };
 
+// Row `r` of `w` as its in_features fp32 values, whatever it is stored as (a float dtype, GGUF
+// blocks, or a quantization scheme's components).
+void DequantizeLinearRow(const LinearWeight& w, int64_t r, float* dst);
+
 }  // namespace dq

@@ -4,7 +4,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "engine/quant/ggml_blocks.h"
 #include "engine/quant/weight_codec.h"
 
 namespace dq {
@@ -18,14 +17,6 @@ int GroupFor(int64_t in) {
     if (in % g == 0) return g;
   }
   return 0;
-}
-
-void DequantizeLinearRow(const LinearWeight& w, int64_t r, float* dst) {
-  if (w.codec != nullptr) {
-    w.codec->DequantizeRow(w.quantized, r, dst);
-  } else {
-    DequantizeRow(w.dtype, w.row(r), dst, w.in_features);
-  }
 }
 
 }  // namespace
