@@ -1,8 +1,6 @@
 // POST /v1/chat/completions and POST /v1/completions: parse, tokenize, start the request
 // (admission + prefill, whose failures still get a proper status line), then decode into one
 // JSON body or an SSE stream.
-#include <httplib.h>
-
 #include <memory>
 #include <utility>
 
@@ -23,10 +21,10 @@ std::vector<TokenLogprobs> DeltaLogprobs(const Tokenizer& tok, const Delta& d) {
 
 // A streamed request's writes. A failed write means the client is gone.
 struct SseWriter {
-  httplib::DataSink& sink;
+  HttpResponder& res;
   bool ok = true;
   bool Write(const std::string& s) {
-    if (ok && !s.empty()) ok = sink.write(s.data(), s.size());
+    if (ok && !s.empty()) ok = res.Write(s);
     return ok;
   }
 };
@@ -53,28 +51,18 @@ void StreamDecode(SseWriter& w, ActiveRequest& active, Stream& stream, bool logp
   w.Write(SseDone());
 }
 
-void SetSseHeaders(httplib::Response& res) {
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");  // proxies must not hold events back
-}
-
-// The event stream: chunked for HTTP/1.1; an HTTP/1.0 client knows no chunked encoding, so it
-// gets the events as they come and the end of the body when the connection closes.
-void SetSseProvider(const httplib::Request& req, httplib::Response& res,
-                    httplib::ContentProviderWithoutLength provider) {
-  SetSseHeaders(res);
-  if (req.version == "HTTP/1.0") {
-    res.set_content_provider("text/event-stream", std::move(provider));
-  } else {
-    res.set_chunked_content_provider("text/event-stream", std::move(provider));
-  }
+// The event stream's head (chunked for HTTP/1.1, close-delimited for 1.0: the listener's part).
+bool StartSse(HttpResponder& res) {
+  return res.StartStream("text/event-stream",
+                         {{"Cache-Control", "no-cache"},
+                          {"X-Accel-Buffering", "no"}});  // proxies must not hold events back
 }
 
 }  // namespace
 
 std::shared_ptr<ActiveRequest> HttpServer::Start(ApiResult<GenerationInput> input,
                                                  const std::string& request_id,
-                                                 httplib::Response& res) {
+                                                 HttpResponder& res) {
   if (!input.ok()) {
     BadRequest(res, input.error());
     return nullptr;
@@ -83,13 +71,13 @@ std::shared_ptr<ActiveRequest> HttpServer::Start(ApiResult<GenerationInput> inpu
   in.request_id = request_id;
   StartResult start = pipeline_.Start(std::move(in));
   if (!start.ok()) {
-    ReplyError(res, start.error, start.retry_after);
+    res.Reply(ErrorReply(start.error, start.retry_after));
     return nullptr;
   }
   return std::move(start.request);
 }
 
-void HttpServer::Chat(const httplib::Request& req, httplib::Response& res) {
+void HttpServer::Chat(const HttpRequest& req, HttpResponder& res) {
   if (auto e = CheckBodySize(req.body.size(), options_.max_body_bytes)) return BadRequest(res, *e);
   ApiResult<ChatCompletionRequest> parsed = ParseChatCompletionRequest(req.body, parse_options_);
   if (!parsed.ok()) return BadRequest(res, parsed.error());
@@ -109,31 +97,27 @@ void HttpServer::Chat(const httplib::Request& req, httplib::Response& res) {
       if (logprobs) {
         for (const auto& lp : d.logprobs) choice.logprobs->push_back(ToTokenLogprobs(tok, lp));
       }
-      return true;
+      return !res.ClientGone();  // nobody waits for the rest
     });
     active.reset();  // free the slot before writing the body
-    if (r.error) return ReplyError(res, *r.error);
+    if (r.error) return res.Reply(ErrorReply(*r.error));
     choice.finish_reason = r.finish_reason;
-    return res.set_content(ChatCompletionJson(header, choice, r.usage), "application/json");
+    return res.Reply(
+        HttpReply{200, "application/json", ChatCompletionJson(header, choice, r.usage), {}});
   }
-  const bool include_usage = c.include_usage;
-  SetSseProvider(
-      req, res,
-      [active, header, include_usage, logprobs, &tok](size_t, httplib::DataSink& sink) mutable {
-        SseWriter w{sink};
-        ChatCompletionStream stream(header, include_usage, logprobs);
-        if (w.Write(stream.RoleChunk())) {
-          StreamDecode(w, *active, stream, logprobs, [&](const Delta& d) {
-            return stream.ContentChunk(d.text, DeltaLogprobs(tok, d));
-          });
-        }
-        active.reset();
-        sink.done();
-        return true;
-      });
+  if (!StartSse(res)) return;
+  SseWriter w{res};
+  ChatCompletionStream stream(header, c.include_usage, logprobs);
+  if (w.Write(stream.RoleChunk())) {
+    StreamDecode(w, *active, stream, logprobs, [&](const Delta& d) {
+      return stream.ContentChunk(d.text, DeltaLogprobs(tok, d));
+    });
+  }
+  active.reset();  // free the slot before the stream's end
+  res.EndStream();
 }
 
-void HttpServer::Completions(const httplib::Request& req, httplib::Response& res) {
+void HttpServer::Completions(const HttpRequest& req, HttpResponder& res) {
   if (auto e = CheckBodySize(req.body.size(), options_.max_body_bytes)) return BadRequest(res, *e);
   ApiResult<CompletionRequest> parsed = ParseCompletionRequest(req.body, parse_options_);
   if (!parsed.ok()) return BadRequest(res, parsed.error());
@@ -158,30 +142,24 @@ void HttpServer::Completions(const httplib::Request& req, httplib::Response& res
       if (logprobs) {
         for (const auto& lp : d.logprobs) choice.logprobs->push_back(ToTokenLogprobs(tok, lp));
       }
-      return true;
+      return !res.ClientGone();
     });
     active.reset();
-    if (r.error) return ReplyError(res, *r.error);
+    if (r.error) return res.Reply(ErrorReply(*r.error));
     choice.finish_reason = r.finish_reason;
     if (c.echo) PrependEcho(echo_text, std::move(echo_logprobs), &choice);
-    return res.set_content(CompletionJson(header, choice, r.usage), "application/json");
+    return res.Reply(
+        HttpReply{200, "application/json", CompletionJson(header, choice, r.usage), {}});
   }
-  const bool include_usage = c.include_usage;
-  const bool echo = c.echo;
-  SetSseProvider(req, res,
-                 [active, header, include_usage, logprobs, echo, echo_text, echo_logprobs, &tok](
-                     size_t, httplib::DataSink& sink) mutable {
-                   SseWriter w{sink};
-                   CompletionStream stream(header, include_usage, logprobs);
-                   if (!echo || w.Write(stream.TextChunk(echo_text, echo_logprobs))) {
-                     StreamDecode(w, *active, stream, logprobs, [&](const Delta& d) {
-                       return stream.TextChunk(d.text, DeltaLogprobs(tok, d));
-                     });
-                   }
-                   active.reset();
-                   sink.done();
-                   return true;
-                 });
+  if (!StartSse(res)) return;
+  SseWriter w{res};
+  CompletionStream stream(header, c.include_usage, logprobs);
+  if (!c.echo || w.Write(stream.TextChunk(echo_text, echo_logprobs))) {
+    StreamDecode(w, *active, stream, logprobs,
+                 [&](const Delta& d) { return stream.TextChunk(d.text, DeltaLogprobs(tok, d)); });
+  }
+  active.reset();  // free the slot before the stream's end
+  res.EndStream();
 }
 
 }  // namespace dq::router

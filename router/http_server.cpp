@@ -1,11 +1,10 @@
 #include "router/http_server.h"
 
-#include <httplib.h>
-#include <sys/socket.h>
-
 #include <chrono>
 #include <exception>
+#include <string_view>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "router/auth_and_limits.h"
@@ -16,7 +15,7 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-ApiError NotFound(const httplib::Request& req) {
+ApiError NotFound(const HttpRequest& req) {
   return ApiError{404, "invalid_request_error",
                   "Not found: " + req.method + " " + req.path +
                       ". This server serves POST /v1/chat/completions, POST /v1/completions, "
@@ -41,100 +40,102 @@ HttpServer::HttpServer(HttpServerOptions options, RequestPipeline& pipeline,
       pipeline_(pipeline),
       registry_(registry),
       scheduler_(scheduler),
-      server_(std::make_unique<httplib::Server>()) {
+      listener_(HttpListenerOptions{.host = options_.host,
+                                    .port = options_.port,
+                                    .max_body_bytes = options_.max_body_bytes,
+                                    .handler_threads = options_.threads,
+                                    .max_pending_connections = options_.max_pending_connections,
+                                    .head_timeout = options_.head_timeout},
+                Routes()) {
   parse_options_.served_models = {pipeline_.model().name};
   parse_options_.vocab_size = pipeline_.model().vocab_size;
-
-  const int threads = options_.threads;
-  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  server_->set_payload_max_length(options_.max_body_bytes);
-  server_->set_exception_handler(
-      [this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        std::string what = "unknown exception";
-        try {
-          if (ep) std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        ReplyError(res, Internal(what));
-      });
-  // httplib answers some requests itself (unknown path, body over the limit) with an empty
-  // body; give them OpenAI-style bodies too.
-  server_->set_error_handler(httplib::Server::HandlerWithResponse(
-      [this](const httplib::Request& req, httplib::Response& res) {
-        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        const int status = res.status;
-        if (status == 404) {
-          ReplyError(res, NotFound(req));
-        } else if (status == 413) {
-          ReplyError(res, *CheckBodySize(options_.max_body_bytes + 1, options_.max_body_bytes));
-        } else {
-          ReplyError(res, ApiError{status, status >= 500 ? "server_error" : "invalid_request_error",
-                                   "The HTTP request could not be handled (status " +
-                                       std::to_string(status) + ").",
-                                   "", ""});
-        }
-        res.status = status;
-        return httplib::Server::HandlerResponse::Handled;
-      }));
-
-  Route("POST", "/v1/chat/completions", &HttpServer::Chat, true);
-  Route("POST", "/v1/completions", &HttpServer::Completions, true);
-  Route("GET", "/v1/models", &HttpServer::Models, true);
-  Route("GET", "/health", &HttpServer::Health, false);
-  Route("GET", "/metrics", &HttpServer::Metrics, true);
 }
 
 HttpServer::~HttpServer() = default;
 
-void HttpServer::Route(const char* method, const char* path, Handler handler, bool needs_auth) {
-  auto wrapped = [this, handler, needs_auth](const httplib::Request& req, httplib::Response& res) {
-    try {
-      if (needs_auth) {
-        if (auto e = CheckBearerAuth(req.get_header_value("Authorization"), options_.api_keys)) {
-          return BadRequest(res, *e);
-        }
-      }
-      (this->*handler)(req, res);
-    } catch (const std::exception& e) {
-      ReplyError(res, Internal(e.what()));
-    } catch (...) {
-      ReplyError(res, Internal("unknown exception"));
-    }
+const HttpServer::Route* HttpServer::FindRoute(const HttpRequest& req) {
+  static constexpr Route kRoutes[] = {
+      {"POST", "/v1/chat/completions", &HttpServer::Chat, true, false},
+      {"POST", "/v1/completions", &HttpServer::Completions, true, false},
+      {"GET", "/v1/models", &HttpServer::Models, true, true},
+      {"GET", "/health", &HttpServer::Health, false, true},
+      {"GET", "/metrics", &HttpServer::Metrics, true, true},
   };
-  if (std::string_view(method) == "POST") {
-    server_->Post(path, wrapped);
-  } else {
-    server_->Get(path, wrapped);
+  for (const Route& r : kRoutes) {
+    if (req.method == r.method && req.path == r.path) return &r;
+  }
+  return nullptr;
+}
+
+HttpRoutes HttpServer::Routes() {
+  HttpRoutes routes;
+  routes.check_head = [this](const HttpRequest& head) { return CheckHead(head); };
+  routes.runs_inline = [](const HttpRequest& req) {
+    const Route* r = FindRoute(req);
+    return r != nullptr && r->runs_inline;
+  };
+  routes.handle = [this](const HttpRequest& req, HttpResponder& res) { Handle(req, res); };
+  routes.error_reply = [this](int status, const std::string& message) {
+    return ListenerError(status, message);
+  };
+  return routes;
+}
+
+std::optional<HttpReply> HttpServer::CheckHead(const HttpRequest& head) {
+  const Route* route = FindRoute(head);
+  if (route == nullptr) return ErrorReply(NotFound(head));
+  if (route->needs_auth) {
+    if (auto e = CheckBearerAuth(head.header("Authorization"), options_.api_keys)) {
+      pipeline_.metrics().Count(Outcome::kBadRequest);
+      return ErrorReply(*e);
+    }
+  }
+  uint64_t declared = 0;
+  if (absl::SimpleAtoi(head.header("Content-Length"), &declared)) {
+    if (auto e = CheckBodySize(declared, options_.max_body_bytes)) return ErrorReply(*e);
+  }
+  return std::nullopt;
+}
+
+void HttpServer::Handle(const HttpRequest& req, HttpResponder& res) {
+  const Route* route = FindRoute(req);
+  try {
+    if (route == nullptr) return res.Reply(ErrorReply(NotFound(req)));
+    (this->*(route->handler))(req, res);
+  } catch (const std::exception& e) {
+    res.Reply(ErrorReply(Internal(e.what())));
+  } catch (...) {
+    res.Reply(ErrorReply(Internal("unknown exception")));
   }
 }
 
-int HttpServer::Bind() {
-  // Exclusive: cpp-httplib's default adds SO_REUSEPORT, with which a second router on the same
-  // port starts and silently shares it.
-  server_->set_socket_options([](auto sock) {
-    const int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  if (options_.port == 0) return server_->bind_to_any_port(options_.host);
-  return server_->bind_to_port(options_.host, options_.port) ? options_.port : -1;
+int HttpServer::Bind() { return listener_.Bind(); }
+
+bool HttpServer::Serve() { return listener_.Serve(); }
+
+void HttpServer::Stop() { listener_.Stop(); }
+
+HttpReply HttpServer::ErrorReply(const ApiError& error, const std::string& retry_after) {
+  HttpReply reply{error.http_status, "application/json", error.ToJson(), {}};
+  if (!retry_after.empty()) reply.headers.emplace_back("Retry-After", retry_after);
+  return reply;
 }
 
-bool HttpServer::Serve() { return server_->listen_after_bind(); }
-
-void HttpServer::Stop() { server_->stop(); }
-
-void HttpServer::ReplyError(httplib::Response& res, const ApiError& error,
-                            const std::string& retry_after) {
-  res.status = error.http_status;
-  if (!retry_after.empty()) res.set_header("Retry-After", retry_after);
-  res.set_content(error.ToJson(), "application/json");
+HttpReply HttpServer::ListenerError(int status, const std::string& message) const {
+  if (status == 413) {
+    return ErrorReply(*CheckBodySize(options_.max_body_bytes + 1, options_.max_body_bytes));
+  }
+  return ErrorReply(ApiError{status, status >= 500 ? "server_error" : "invalid_request_error",
+                             message.empty() ? absl::StrCat("The HTTP request could not be "
+                                                            "handled (status ",
+                                                            status, ").")
+                                             : message,
+                             "", status == 431 ? "request_header_too_large" : ""});
 }
 
-void HttpServer::BadRequest(httplib::Response& res, const ApiError& error) {
+void HttpServer::BadRequest(HttpResponder& res, const ApiError& error) {
   pipeline_.metrics().Count(Outcome::kBadRequest);
-  ReplyError(res, error);
+  res.Reply(ErrorReply(error));
 }
 
 std::string HttpServer::ModelsJson() const {
@@ -190,20 +191,22 @@ std::string HttpServer::HealthJson(bool* ready) const {
   return body.dump(-1, ' ', false, ojson::error_handler_t::replace);
 }
 
-void HttpServer::Models(const httplib::Request&, httplib::Response& res) {
-  res.set_content(ModelsJson(), "application/json");
+void HttpServer::Models(const HttpRequest&, HttpResponder& res) {
+  res.Reply(HttpReply{200, "application/json", ModelsJson(), {}});
 }
 
-void HttpServer::Health(const httplib::Request&, httplib::Response& res) {
+void HttpServer::Health(const HttpRequest&, HttpResponder& res) {
   bool ready = false;
-  res.set_content(HealthJson(&ready), "application/json");
-  res.status = ready ? 200 : 503;
+  std::string body = HealthJson(&ready);
+  res.Reply(HttpReply{ready ? 200 : 503, "application/json", std::move(body), {}});
 }
 
-void HttpServer::Metrics(const httplib::Request&, httplib::Response& res) {
+void HttpServer::Metrics(const HttpRequest&, HttpResponder& res) {
   const std::vector<WorkerStatus> workers = registry_.Snapshot();
-  res.set_content(RenderMetrics(pipeline_.metrics(), scheduler_.counters(), workers),
-                  "text/plain; version=0.0.4; charset=utf-8");
+  res.Reply(HttpReply{200,
+                      "text/plain; version=0.0.4; charset=utf-8",
+                      RenderMetrics(pipeline_.metrics(), scheduler_.counters(), workers),
+                      {}});
 }
 
 }  // namespace dq::router
