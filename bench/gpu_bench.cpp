@@ -46,6 +46,7 @@ struct Format {
   int group = 0;
   ComputeMode mode = ComputeMode::kWeightOnly;
   std::string lm_head = "bf16";  // "+lm_int4" after a decode format: the lm_head quantized
+  bool persistent = false;       // "+persistent" at the end: KernelOptions::persistent_decode
 };
 
 std::vector<float> Random(int64_t n, uint64_t seed, float scale) {
@@ -248,6 +249,14 @@ absl::StatusOr<Format> ParseBaseFormat(const std::string& name, bool prefill);
 // A format name, for decode optionally followed by "+lm_" and an lm_head format
 // ("int2+lm_int4": int2 layers, the lm_head quantized to int4 at load).
 absl::StatusOr<Format> ParseFormat(const std::string& name, bool prefill) {
+  constexpr std::string_view kPersistent = "+persistent";
+  if (!prefill && name.size() > kPersistent.size() && name.ends_with(kPersistent)) {
+    DQ_ASSIGN_OR_RETURN(Format f,
+                        ParseFormat(name.substr(0, name.size() - kPersistent.size()), prefill));
+    f.persistent = true;
+    f.name = name;
+    return f;
+  }
   const size_t plus = name.find("+lm_");
   if (plus == std::string::npos) return ParseBaseFormat(name, prefill);
   if (prefill) return absl::InvalidArgumentError("+lm_ is for decode formats: " + name);
@@ -292,6 +301,7 @@ absl::StatusOr<nlohmann::json> RunFormat(const ModelConfig& c, const Format& f, 
   cuda::CudaBackendOptions co;
   co.max_batch_tokens = prefill ? o.prefill_lengths.back() : o.context * o.batches.back();
   co.fp8_attention = prefill && o.fp8_attention;
+  co.kernels.persistent_decode = f.persistent;
   DQ_ASSIGN_OR_RETURN(BackendModels m, cuda::CudaBackendFactory(co)(cpu, cpu, kv));
   const auto& model = static_cast<const cuda::CudaDecoderModel&>(*m.decode);
   KvBlockPool pool(kv);
@@ -317,6 +327,8 @@ absl::StatusOr<nlohmann::json> RunFormat(const ModelConfig& c, const Format& f, 
                    100 * d["fraction_of_roofline"].get<double>());
       r["decode"].push_back(d);
     }
+    // The batch sizes that ran as one persistent kernel per step (the others fell back).
+    if (f.persistent) r["persistent_decode_batches"] = model.persistent_decode_batches();
     return r;
   }
   DQ_RETURN_IF_ERROR(PrefillSeconds(b, 512).status());  // warm-up
@@ -354,7 +366,7 @@ int Main(int argc, char** argv) {
   // expected(0, -1): a flag with no values turns that phase off (e.g. --prefill-formats).
   app.add_option("--decode-formats", o.decode_formats,
                  "formats for the decode runs (FORMAT+lm_F: the lm_head quantized to F, e.g. "
-                 "int2+lm_int4)")
+                 "int2+lm_int4; FORMAT+persistent: one persistent kernel per decode step)")
       ->expected(0, -1);
   app.add_option("--prefill-formats", o.prefill_formats, "formats for the prefill runs")
       ->expected(0, -1);

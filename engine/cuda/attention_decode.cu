@@ -331,10 +331,10 @@ int PartitionLen(int seqs, int kv_heads, int max_context, int slots) {
   return best * kDecodePartition;
 }
 
+// The split kernel's resident blocks over the device (its attribute set on first use).
 template <int kHeadDim>
-void Launch(const DecodeAttentionArgs& a, const KvCacheLayer& c, cudaStream_t stream) {
+int SplitSlots() {
   constexpr int kSmem = SplitSmemBytes<kHeadDim>();
-  static_assert(kSmem >= (kWarps * 8 * kHeadDim + 2 * kWarps * 8) * 4, "merge scratch fits");
   auto kernel = DecodeSplitKernel<kHeadDim>;
   // Host-side queries and attributes only (no stream operations): safe during graph capture.
   static const int slots = [&] {
@@ -345,9 +345,22 @@ void Launch(const DecodeAttentionArgs& a, const KvCacheLayer& c, cudaStream_t st
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kSmem));
     return sms * (per_sm > 0 ? per_sm : 1);
   }();
-  const int part_len = a.fixed_partition > 0
-                           ? a.fixed_partition
-                           : PartitionLen(a.num_seqs, c.num_kv_heads, a.max_context, slots);
+  return slots;
+}
+
+template <int kHeadDim>
+int HostPartLen(const DecodeAttentionArgs& a, const KvCacheLayer& c) {
+  return a.fixed_partition > 0
+             ? a.fixed_partition
+             : PartitionLen(a.num_seqs, c.num_kv_heads, a.max_context, SplitSlots<kHeadDim>());
+}
+
+template <int kHeadDim>
+void Launch(const DecodeAttentionArgs& a, const KvCacheLayer& c, cudaStream_t stream) {
+  constexpr int kSmem = SplitSmemBytes<kHeadDim>();
+  static_assert(kSmem >= (kWarps * 8 * kHeadDim + 2 * kWarps * 8) * 4, "merge scratch fits");
+  auto kernel = DecodeSplitKernel<kHeadDim>;
+  const int part_len = HostPartLen<kHeadDim>(a, c);
   const int splits = MaxSplits(a.max_context);  // workspace stride (>= partitions used)
   const Workspace ws = Carve(a.workspace, a.num_seqs, a.num_heads, kHeadDim, splits);
   // The grid: as many partitions as fill the GPU for max_context; a shorter context is cut into
@@ -364,6 +377,12 @@ void Launch(const DecodeAttentionArgs& a, const KvCacheLayer& c, cudaStream_t st
 size_t DecodeAttentionWorkspaceBytes(int num_seqs, int num_heads, int head_dim, int max_context) {
   const size_t states = size_t(num_seqs) * num_heads * MaxSplits(max_context);
   return states * (head_dim + 2) * sizeof(float);
+}
+
+int DecodeAttentionGridSplits(const DecodeAttentionArgs& a, const KvCacheLayer& cache) {
+  const int part_len =
+      cache.head_dim == 128 ? HostPartLen<128>(a, cache) : HostPartLen<64>(a, cache);
+  return (a.max_context + part_len - 1) / part_len;
 }
 
 void DecodeAttentionForward(const DecodeAttentionArgs& args, const KvCacheLayer& cache,

@@ -52,4 +52,9 @@ size_t DecodeAttentionWorkspaceBytes(int num_seqs, int num_heads, int head_dim, 
 void DecodeAttentionForward(const DecodeAttentionArgs& args, const KvCacheLayer& cache,
                             cudaStream_t stream);
 
+// The context partitions of DecodeAttentionForward's grid for `args` (num_seqs, max_context,
+// fixed_partition) over `cache` (head_dim 64 or 128): what a kernel that reproduces its sums
+// (persistent_decode.h) cuts each context by.
+int DecodeAttentionGridSplits(const DecodeAttentionArgs& args, const KvCacheLayer& cache);
+
 }  // namespace dq::cuda

@@ -99,7 +99,8 @@ struct SamplingBuffers {
 };
 
 class CudaDecoderModel;
-struct DeviceAttention;  // cuda_model_internal.h
+struct PersistentDecodeState;  // cuda_model_persistent.cpp
+struct DeviceAttention;        // cuda_model_internal.h
 struct DeviceMlp;
 struct TapTarget;
 
@@ -156,6 +157,13 @@ class CudaDecoderModel : public ForwardModel {
     return sizes;
   }
 
+  // Whether decode steps of `batch` sequences can run as one persistent kernel
+  // (persistent_decode.h; KernelOptions::persistent_decode turns it on): OK, or
+  // FailedPrecondition saying what is not covered (a format, a shape, the batch size).
+  absl::Status SupportsPersistentDecode(int batch) const;
+  // The batch sizes whose decode steps ran persistent so far (tests: the path was taken).
+  std::vector<int> persistent_decode_batches() const;
+
   struct Layer;
   struct Plan;
   struct Buffers;
@@ -197,7 +205,12 @@ class CudaDecoderModel : public ForwardModel {
   bool RowInvariant(const DeviceLinear& w, const Plan& plan) const;
   // Projects the wanted rows to logits; with `host_out`, copies each chunk back as it is done.
   void EnqueueLogits(const Plan& plan, float* host_out) const;
-  void RunDecodeGraph(const Plan& plan, const TapTarget& taps) const;
+  void RunDecodeGraph(const Plan& plan, const TapTarget& taps, bool persistent) const;
+  // Whether this step runs persistent (the option, the model, the plan); builds the step's
+  // schedule on first use (outside capture). Holds mu_.
+  bool PreparePersistentDecode(const Plan& plan, const TapTarget& taps) const;
+  // The embedding and the persistent kernel: logits of every row in buf_->logits.
+  void EnqueuePersistentStep(const Plan& plan) const;
 
   ModelConfig config_;
   CudaBackendOptions options_;
@@ -236,6 +249,7 @@ class CudaDecoderModel : public ForwardModel {
   };
   mutable std::map<GraphKey, cudaGraphExec_t> graphs_;
   mutable std::unique_ptr<SamplingBuffers> sampling_;  // made on the first ForwardSample
+  mutable std::shared_ptr<PersistentDecodeState> persistent_;  // made on the first such step
 };
 
 // Decode batches up to this size use the paged decode-attention kernel; larger ones the

@@ -167,9 +167,19 @@ absl::StatusOr<bool> CudaDecoderModel::Launch(const Plan& plan, const ForwardHoo
   const bool graph = plan.decode && options_.use_graphs && plan.seqs <= options_.max_graph_batch;
   const TapTarget tap{&taps, TapBuffer(plan, taps, graph)};
   *taps_out = tap.out;
+  const bool persistent = PreparePersistentDecode(plan, tap);
   if (graph) {
-    RunDecodeGraph(plan, tap);
+    RunDecodeGraph(plan, tap, persistent);
     return true;
+  }
+  if (persistent) {
+    EnqueuePersistentStep(plan);
+    if (host_out != nullptr) {
+      CUDA_CHECK(cudaMemcpyAsync(host_out, buf_->logits.get(),
+                                 plan.tokens * int64_t{config_.vocab_size} * 4,
+                                 cudaMemcpyDeviceToHost, stream_));
+    }
+    return false;
   }
   absl::Status s = EnqueueLayers(plan, &hooks, tap);
   if (!s.ok()) {
@@ -436,7 +446,8 @@ void CudaDecoderModel::EnqueueLogits(const Plan& plan, float* host_out) const {
   }
 }
 
-void CudaDecoderModel::RunDecodeGraph(const Plan& plan, const TapTarget& taps) const {
+void CudaDecoderModel::RunDecodeGraph(const Plan& plan, const TapTarget& taps,
+                                      bool persistent) const {
   const GraphKey key{plan.seqs, plan.row_split,
                      taps.taps ? taps.taps->layers() : std::vector<int>{}};
   auto it = graphs_.find(key);
@@ -446,9 +457,13 @@ void CudaDecoderModel::RunDecodeGraph(const Plan& plan, const TapTarget& taps) c
     // from `meta`, which the host refreshes before each launch.
     cudaGraph_t g;
     CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    // Resident layers only (Create turns graphs off for a streamed model): cannot fail.
-    if (!EnqueueLayers(plan, nullptr, taps).ok()) std::abort();
-    EnqueueLogits(plan, nullptr);
+    if (persistent) {
+      EnqueuePersistentStep(plan);
+    } else {
+      // Resident layers only (Create turns graphs off for a streamed model): cannot fail.
+      if (!EnqueueLayers(plan, nullptr, taps).ok()) std::abort();
+      EnqueueLogits(plan, nullptr);
+    }
     CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
     cudaGraphExec_t exec;
     CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));

@@ -10,7 +10,7 @@ namespace {
 
 constexpr int kMaxCtasPerSm = 8;  // 8-warp CTAs: 2048 threads per SM
 constexpr const char* kKeys =
-    "prefill_attention, nvfp4_gemm, int_tile_ctas_per_sm, int_tile_cluster";
+    "prefill_attention, nvfp4_gemm, int_tile_ctas_per_sm, int_tile_cluster, persistent_decode";
 
 absl::Status BadValue(std::string_view key, std::string_view value, const std::string& allowed) {
   return absl::InvalidArgumentError(absl::StrCat("kernel option ", std::string(key), "=",
@@ -121,6 +121,14 @@ absl::StatusOr<KernelOptions> ParseKernelOptions(std::string_view spec) {
       } else {
         return BadValue(key, value, "on (default) or off");
       }
+    } else if (key == "persistent_decode") {
+      if (value == "on") {
+        o.persistent_decode = true;
+      } else if (value == "off") {
+        o.persistent_decode = false;
+      } else {
+        return BadValue(key, value, "off (default) or on");
+      }
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("kernel options '", std::string(spec), "': unknown key '", std::string(key),
@@ -135,7 +143,8 @@ std::string KernelOptionsToString(const KernelOptions& o) {
   return absl::StrCat("prefill_attention=", PrefillAttentionKernelName(o.prefill_attention),
                       ",nvfp4_gemm=", Nvfp4GemmName(o.nvfp4_gemm),
                       ",int_tile_ctas_per_sm=", o.int_tile.ctas_per_sm,
-                      ",int_tile_cluster=", o.int_tile.cluster ? "on" : "off");
+                      ",int_tile_cluster=", o.int_tile.cluster ? "on" : "off",
+                      ",persistent_decode=", o.persistent_decode ? "on" : "off");
 }
 
 }  // namespace dq::cuda

@@ -13,6 +13,7 @@
 //   nvfp4_gemm            auto (default) | native | unpack
 //   int_tile_ctas_per_sm  1..8 (default 2)
 //   int_tile_cluster      on (default) | off
+//   persistent_decode     off (default) | on
 #pragma once
 
 #include <string>
@@ -54,6 +55,11 @@ struct KernelOptions {
   PrefillAttentionKernel prefill_attention = PrefillAttentionKernel::kWgmma64;
   Nvfp4Gemm nvfp4_gemm = Nvfp4Gemm::kAuto;
   IntTileOptions int_tile;
+  // Decode steps run as one persistent kernel (persistent_decode.h) where the model and the
+  // step allow it (CudaDecoderModel::SupportsPersistentDecode: bf16 and int4/int2 tile linears,
+  // up to kPdMaxRows sequences, no taps or verification rows), else kernel per op. Off until it
+  // covers the formats and wins its measurements (bench/results/gpu_persistent_decode_h200.md).
+  bool persistent_decode = false;
 };
 
 // OK, or InvalidArgument naming the bad field, its value and what it may be.

@@ -19,7 +19,8 @@ TEST(KernelOptions, DefaultsAreTheMeasuredWinners) {
   EXPECT_TRUE(k.int_tile.cluster);
   EXPECT_TRUE(ValidateKernelOptions(k).ok());
   EXPECT_EQ(KernelOptionsToString(k),
-            "prefill_attention=wg64pp,nvfp4_gemm=auto,int_tile_ctas_per_sm=2,int_tile_cluster=on");
+            "prefill_attention=wg64pp,nvfp4_gemm=auto,int_tile_ctas_per_sm=2,int_tile_cluster=on,"
+            "persistent_decode=off");
 }
 
 TEST(KernelOptions, ParsesEveryKey) {
@@ -37,6 +38,7 @@ TEST(KernelOptions, ParsesEveryKey) {
   const std::string text = KernelOptionsToString(*k);
   EXPECT_EQ(KernelOptionsToString(ParseKernelOptions(text).value()), text);
   EXPECT_EQ(ParseKernelOptions("nvfp4_gemm=native").value().nvfp4_gemm, Nvfp4Gemm::kNative);
+  EXPECT_TRUE(ParseKernelOptions("persistent_decode=on").value().persistent_decode);
   EXPECT_EQ(ParseKernelOptions("prefill_attention=wg64pp").value().prefill_attention,
             PrefillAttentionKernel::kWgmma64);
 }
