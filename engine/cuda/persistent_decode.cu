@@ -199,6 +199,7 @@ __global__ void __launch_bounds__(kPdThreads, 1) PersistentDecodeKernel(Persiste
   if (threadIdx.x == 0) {
     __threadfence();
     if (atomicAdd(p.done, 1u) == gridDim.x - 1) {
+      __threadfence();  // every other CTA's last signal is ordered before these stores
       for (int c = 0; c < p.num_counters; ++c) p.counters[c] = 0;
       *p.done = 0;
       __threadfence();

@@ -231,7 +231,8 @@ INSTANTIATE_TEST_SUITE_P(Formats, PersistentDecode,
 
 // Whole models through ModelRunner: a prompt, then decode steps at batch 1 and 3, persistent
 // against kernel per op, bitwise. SmolLM2's GGUF (Q4_1) is not covered, so it is quantized to
-// int4 g64 here (head_dim 64, 9 query heads over 3 KV heads); tiny Qwen3 runs as stored (bf16).
+// int4 g64 here (head_dim 64, 9 query heads over 3 KV heads); tiny Qwen3 runs as stored (bf16)
+// and as int4 g64.
 struct ModelCase {
   std::string model, format;
   int group;
@@ -311,6 +312,7 @@ TEST_P(PersistentDecodeModel, DecodeEqualsKernelPerOpBitwise) {
 
 INSTANTIATE_TEST_SUITE_P(Models, PersistentDecodeModel,
                          ::testing::Values(ModelCase{"tiny_qwen3", "", 0},
+                                           ModelCase{"tiny_qwen3", "int4", 64},
                                            ModelCase{"smollm2", "int4", 64}),
                          [](const auto& info) {
                            return info.param.model + (info.param.format.empty()
