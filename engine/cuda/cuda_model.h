@@ -248,7 +248,7 @@ class CudaDecoderModel : public ForwardModel {
     auto operator<=>(const GraphKey&) const = default;
   };
   mutable std::map<GraphKey, cudaGraphExec_t> graphs_;
-  mutable std::unique_ptr<SamplingBuffers> sampling_;  // made on the first ForwardSample
+  mutable std::unique_ptr<SamplingBuffers> sampling_;          // made on the first ForwardSample
   mutable std::shared_ptr<PersistentDecodeState> persistent_;  // made on the first such step
 };
 
