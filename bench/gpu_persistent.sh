@@ -6,7 +6,10 @@
 # and under a timeout (a wrong counter would hang the persistent kernel); the bench only runs
 # when they pass. Writes $OUT/tests/* and $OUT/gpu_persistent_decode.{json,md}.
 # Needs DQ_BIN with dq_gpu_tests, dq-tool and dq-bench-gpu (or DQ_TEST_BIN / DQ_BENCH_BIN when
-# they travel in separate calls); DQ_SMOLLM2 for the SmolLM2 case (skipped without it).
+# they travel in separate calls: a missing one is skipped); DQ_SMOLLM2 for the SmolLM2 case
+# (skipped without it). Two calls of 64 MiB: .gpu/bin = dq_gpu_tests + dq-tool with .gpu/libs
+# (DQ_TEST_BIN=.gpu/bin DQ_BENCH_BIN=none), then .gpu-b/bin = dq-bench-gpu with .gpu-b/libs
+# (DQ_TEST_BIN=none DQ_BENCH_BIN=.gpu-b/bin), LD_LIBRARY_PATH set to the call's libs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${DQ_BIN:-build/release-cuda/bin}
@@ -24,7 +27,7 @@ if [ -x "$test_bin/dq_gpu_tests" ]; then
   fi
   rc=0
   timeout "${DQ_TEST_TIMEOUT:-300}" "$test_bin/dq_gpu_tests" \
-    --gtest_filter="${DQ_TEST_FILTER:-Persistent*:KernelOptions*:DecodeGraph*}" \
+    --gtest_filter="${DQ_TEST_FILTER:-*PersistentDecode*:KernelOptions*:*DecodeGraph*}" \
     --gtest_output="json:$out/tests/persistent_tests.json" >"$out/tests/persistent_tests.log" 2>&1 ||
     rc=$?
   grep -E '^\[(  PASSED|  FAILED|  SKIPPED)|FAILED|^\[persistent|tests ran' \

@@ -236,6 +236,7 @@ struct ModelCase {
   std::string model, format;
   int group;
 };
+void PrintTo(const ModelCase& c, std::ostream* os) { *os << c.model << " " << c.format; }
 
 std::unique_ptr<ModelRunner> Runner(const Model& m, bool persistent) {
   ModelRunnerOptions ro;
