@@ -4,6 +4,7 @@
 // inputs all sit at fixed addresses (a captured graph replays it with fresh metadata).
 #include <cmath>
 #include <map>
+#include <set>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -34,6 +35,7 @@ struct PersistentDecodeState {
   PdLinear lm_head;
   int workers = 0;
   std::map<int, PersistentStep> steps;  // by batch size
+  std::set<int> too_large;              // batch sizes left to kernel per op (shared memory)
 };
 
 namespace {
@@ -120,6 +122,68 @@ DeviceBuffer ToDevice(const std::vector<T>& v) {
   return DeviceBuffer::From(std::span<const T>(v));
 }
 
+// The model's device image for the kernel, or (in `supported`) why it cannot run it.
+std::shared_ptr<PersistentDecodeState> MakeState(const std::vector<CudaDecoderModel::Layer>& layers,
+                                                 const DeviceKvCache& kv,
+                                                 const DeviceLinear& lm_head, const ModelConfig& c,
+                                                 const IntTileOptions& o) {
+  auto state = std::make_shared<PersistentDecodeState>();
+  PersistentDecodeState& s = *state;
+  std::vector<PdBlock> blocks;
+  s.supported = DescribeBlocks(layers, kv, o, &s, &blocks);
+  if (s.supported.ok()) {
+    absl::StatusOr<PdLinear> lm = ToPd(lm_head, o, "lm_head");
+    s.supported = lm.status();
+    if (lm.ok()) s.lm_head = *lm;
+  }
+  if (s.supported.ok() && ((c.head_dim != 64 && c.head_dim != 128) || c.hidden_size % 8 != 0 ||
+                           c.intermediate_size % 16 != 0 || c.num_heads % c.num_kv_heads != 0 ||
+                           c.num_heads / c.num_kv_heads > 8)) {
+    s.supported = absl::FailedPreconditionError(
+        "persistent decode: head_dim must be 64 or 128, hidden a multiple of 8, the MLP a "
+        "multiple of 16 and at most 8 query heads per KV head");
+  }
+  if (s.supported.ok()) {
+    s.host_blocks = blocks;
+    s.blocks = ToDevice(blocks);
+    s.workers = SmCount();
+  } else {
+    spdlog::info("cuda model: decode runs kernel per op ({})", std::string(s.supported.message()));
+  }
+  return state;
+}
+
+// `sched` flattened for the device (tasks, queues) into `st`, with the partial-sum slots its
+// int tile tasks need.
+void UploadSchedule(const DecodeSchedule& sched, const PersistentDecodeState& s,
+                    PersistentStep* out) {
+  PersistentStep& st = *out;
+  std::vector<PdTask> tasks;
+  for (const DecodeTask& t : sched.tasks) {
+    const bool lm = t.kind == DecodeTaskKind::kLmHead;
+    tasks.push_back({static_cast<int32_t>(t.kind), lm ? -1 : s.block_base[t.layer] + t.block,
+                     static_cast<int32_t>(t.begin), static_cast<int32_t>(t.end), t.wait_counter,
+                     t.wait_target, t.signal_counter, 0});
+    // Partial-sum slots of an int tile task: its tiles (x2 for gate|up) x warps per tile.
+    if (t.kind == DecodeTaskKind::kRopeKv || t.kind == DecodeTaskKind::kAttention) continue;
+    const bool in_proj = t.kind == DecodeTaskKind::kQkv || t.kind == DecodeTaskKind::kGateUp;
+    const PdBlock* blk = lm ? nullptr : &s.host_blocks[s.block_base[t.layer] + t.block];
+    const PdLinear& w = lm ? s.lm_head : (in_proj ? blk->in_proj : blk->out_proj);
+    if (w.format == PdFormat::kBf16) continue;
+    const int tiles = static_cast<int>((t.end + 15) / 16 - t.begin / 16);
+    const int parts = t.kind == DecodeTaskKind::kGateUp ? 2 : 1;
+    st.max_jobs = std::max(st.max_jobs, tiles * parts * w.kw);
+  }
+  std::vector<int32_t> queue, begin{0};
+  for (const std::vector<int>& q : sched.queues) {
+    queue.insert(queue.end(), q.begin(), q.end());
+    begin.push_back(static_cast<int32_t>(queue.size()));
+  }
+  st.tasks = ToDevice(tasks);
+  st.queue = ToDevice(queue);
+  st.queue_begin = ToDevice(begin);
+}
+
 }  // namespace
 
 absl::Status CudaDecoderModel::SupportsPersistentDecode(int batch) const {
@@ -151,34 +215,12 @@ bool CudaDecoderModel::PreparePersistentDecode(const Plan& plan, const TapTarget
   }
   const ModelConfig& c = config_;
   if (persistent_ == nullptr) {
-    persistent_ = std::make_shared<PersistentDecodeState>();
-    PersistentDecodeState& s = *persistent_;
-    std::vector<PdBlock> blocks;
-    s.supported = DescribeBlocks(layers_, *kv_, options_.kernels.int_tile, &s, &blocks);
-    if (s.supported.ok()) {
-      absl::StatusOr<PdLinear> lm = ToPd(lm_head_, options_.kernels.int_tile, "lm_head");
-      s.supported = lm.status();
-      if (lm.ok()) s.lm_head = *lm;
-    }
-    if (s.supported.ok() && ((c.head_dim != 64 && c.head_dim != 128) || c.hidden_size % 8 != 0 ||
-                             c.intermediate_size % 16 != 0 || c.num_heads % c.num_kv_heads != 0 ||
-                             c.num_heads / c.num_kv_heads > 8)) {
-      s.supported = absl::FailedPreconditionError(
-          "persistent decode: head_dim must be 64 or 128, hidden a multiple of 8, the MLP a "
-          "multiple of 16 and at most 8 query heads per KV head");
-    }
-    if (s.supported.ok()) {
-      s.host_blocks = blocks;
-      s.blocks = ToDevice(blocks);
-      s.workers = SmCount();
-    } else {
-      spdlog::info("cuda model: decode runs kernel per op ({})",
-                   std::string(s.supported.message()));
-    }
+    persistent_ = MakeState(layers_, *kv_, lm_head_, c, options_.kernels.int_tile);
   }
   PersistentDecodeState& s = *persistent_;
   if (!s.supported.ok()) return false;
   if (s.steps.count(plan.seqs) > 0) return true;
+  if (s.too_large.count(plan.seqs) > 0) return false;
   // This batch size's schedule (never inside a capture: Launch calls this before RunDecodeGraph).
   DecodeScheduleOptions so;
   so.workers = s.workers;
@@ -191,30 +233,7 @@ bool CudaDecoderModel::PreparePersistentDecode(const Plan& plan, const TapTarget
     return false;
   }
   PersistentStep st;
-  std::vector<PdTask> tasks;
-  for (const DecodeTask& t : sched->tasks) {
-    const bool lm = t.kind == DecodeTaskKind::kLmHead;
-    tasks.push_back({static_cast<int32_t>(t.kind), lm ? -1 : s.block_base[t.layer] + t.block,
-                     static_cast<int32_t>(t.begin), static_cast<int32_t>(t.end), t.wait_counter,
-                     t.wait_target, t.signal_counter, 0});
-    // Partial-sum slots of an int tile task: its tiles (x2 for gate|up) x warps per tile.
-    if (t.kind == DecodeTaskKind::kRopeKv || t.kind == DecodeTaskKind::kAttention) continue;
-    const bool in_proj = t.kind == DecodeTaskKind::kQkv || t.kind == DecodeTaskKind::kGateUp;
-    const PdBlock* blk = lm ? nullptr : &s.host_blocks[s.block_base[t.layer] + t.block];
-    const PdLinear& w = lm ? s.lm_head : (in_proj ? blk->in_proj : blk->out_proj);
-    if (w.format == PdFormat::kBf16) continue;
-    const int tiles = static_cast<int>((t.end + 15) / 16 - t.begin / 16);
-    const int parts = t.kind == DecodeTaskKind::kGateUp ? 2 : 1;
-    st.max_jobs = std::max(st.max_jobs, tiles * parts * w.kw);
-  }
-  std::vector<int32_t> queue, begin{0};
-  for (const std::vector<int>& q : sched->queues) {
-    queue.insert(queue.end(), q.begin(), q.end());
-    begin.push_back(static_cast<int32_t>(queue.size()));
-  }
-  st.tasks = ToDevice(tasks);
-  st.queue = ToDevice(queue);
-  st.queue_begin = ToDevice(begin);
+  UploadSchedule(*sched, s, &st);
   st.num_counters = sched->num_counters();
   st.counters = DeviceBuffer((st.num_counters + 1) * sizeof(unsigned));
   CUDA_CHECK(cudaMemset(st.counters.get(), 0, st.counters.bytes()));
@@ -240,6 +259,7 @@ bool CudaDecoderModel::PreparePersistentDecode(const Plan& plan, const TapTarget
         "cuda model: decode steps of {} sequences run kernel per op (persistent decode "
         "needs {} bytes of shared memory per CTA)",
         plan.seqs, PersistentDecodeSmemBytes(probe));
+    s.too_large.insert(plan.seqs);
     return false;
   }
   s.steps.emplace(plan.seqs, std::move(st));
