@@ -1,6 +1,7 @@
 #include "engine/cpu/cpu_ops.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <vector>
 
@@ -136,6 +137,14 @@ void SiluMulInPlace(float* gate, const float* up, int64_t n) {
   }
 }
 
+void GeluTanhMulInPlace(float* gate, const float* up, int64_t n) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    gate[i] = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up[i];
+  }
+}
+
 std::vector<float> RopeInverseFrequencies(int head_dim, float theta) {
   std::vector<float> inv(head_dim / 2);
   for (int i = 0; i < head_dim / 2; ++i) {
@@ -199,6 +208,9 @@ void Bf16TiledRow(const float* qh, int keys, int head_dim, int tile, float scale
 void PagedAttention(const KvBlockPool& pool, int layer, std::span<const AttentionToken> tokens,
                     const float* q, int num_heads, float* out, ThreadPool& threads,
                     const AttentionOptions& options) {
+  // The oracles of CUDA's kernels know no window and no other scale (CUDA runs neither yet).
+  assert((options.window == 0 && options.scale == 0.0f) ||
+         (!options.fp8 && options.bf16_p_key_tile == 0));
   if (options.fp8) return Fp8PagedAttention(pool, layer, tokens, q, num_heads, out, threads);
   const int head_dim = pool.options().head_dim;
   const int kv_heads = pool.options().num_kv_heads;
@@ -227,31 +239,32 @@ void PagedAttention(const KvBlockPool& pool, int layer, std::span<const Attentio
                      value, oh);
         continue;
       }
-      AttentionHead(pool, layer, t, qh, kvh, oh, scores);
+      AttentionHead(pool, layer, t, qh, kvh, oh, scores, options.window, options.scale);
     }
   });
 }
 
 void AttentionHead(const KvBlockPool& pool, int layer, const AttentionToken& t, const float* qh,
-                   int kv_head, float* oh, std::vector<float>& scores) {
+                   int kv_head, float* oh, std::vector<float>& scores, int window, float scale) {
   const int head_dim = pool.options().head_dim;
   const int bs = pool.block_size();
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  if (scale == 0.0f) scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const int n = t.position + 1;
+  const int first = window > 0 ? std::max(0, n - window) : 0;
   scores.resize(n);
   float max_score = -INFINITY;
-  for (int p = 0; p < n; ++p) {
+  for (int p = first; p < n; ++p) {
     const float* k = pool.key(layer, t.seq->blocks[p / bs], p % bs) + kv_head * head_dim;
     scores[p] = DotF32(qh, k, head_dim) * scale;
     max_score = std::max(max_score, scores[p]);
   }
   float denom = 0.0f;
-  for (int p = 0; p < n; ++p) {
+  for (int p = first; p < n; ++p) {
     scores[p] = std::exp(scores[p] - max_score);
     denom += scores[p];
   }
   std::fill(oh, oh + head_dim, 0.0f);
-  for (int p = 0; p < n; ++p) {
+  for (int p = first; p < n; ++p) {
     const float* v = pool.value(layer, t.seq->blocks[p / bs], p % bs) + kv_head * head_dim;
     Axpy(scores[p] / denom, v, oh, head_dim);
   }

@@ -34,6 +34,8 @@ void AddInPlace(float* x, const float* y, int64_t n);
 
 // gate[i] = silu(gate[i]) * up[i] over `n` values.
 void SiluMulInPlace(float* gate, const float* up, int64_t n);
+// gate[i] = gelu_tanh(gate[i]) * up[i] (GeGLU with PyTorch's tanh approximation, Gemma's).
+void GeluTanhMulInPlace(float* gate, const float* up, int64_t n);
 
 // Rotary position embedding over `num_heads` heads of `head_dim` at position `pos`, in place.
 // inv_freq has head_dim / 2 entries.
@@ -59,12 +61,19 @@ struct AttentionOptions {
   // rounded to bf16 for P.V while the denominator sums the unrounded P, and the output scaled by
   // the denominator's reciprocal. A test oracle (DecoderModelOptions::bf16_activations).
   int bf16_p_key_tile = 0;
+  // > 0: sliding-window attention, each token seeing its latest `window` positions (itself
+  // included; Gemma's local layers). Exact path only (neither fp8 nor bf16_p_key_tile).
+  int window = 0;
+  // The scores' scale; 0: 1/sqrt(head_dim).
+  float scale = 0.0f;
 };
 
 // One query head of PagedAttention's exact path: `qh` ([head_dim]) of token `t` against KV head
-// `kv_head` of `layer`, into `oh`; `scores` is scratch. PagedAttention computes every head so.
+// `kv_head` of `layer`, into `oh`; `scores` is scratch. PagedAttention computes every head so
+// (`window` and `scale` as in AttentionOptions).
 void AttentionHead(const KvBlockPool& pool, int layer, const AttentionToken& t, const float* qh,
-                   int kv_head, float* oh, std::vector<float>& scores);
+                   int kv_head, float* oh, std::vector<float>& scores, int window = 0,
+                   float scale = 0.0f);
 
 // Row `r` of weight-only `w` times x, as MatMul computes it for up to 2 rows of x (up to 8 for
 // plain dtypes): DotRow on the stored row, or a codec's dequantized row (into `row`, [in]) and

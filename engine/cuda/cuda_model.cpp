@@ -189,6 +189,7 @@ void CountLinears(const CudaDecoderModel::Layer& l, CudaModelStats& stats, int& 
 absl::Status CudaDecoderModel::Upload(const DecoderModel& cpu,
                                       const CudaWeightPlacement& placement) {
   const ModelProgram& w = cpu.program();
+  DQ_RETURN_IF_ERROR(w.RequireLlamaBlocks("CUDA"));
   int fp8_linears = 0;
   if (placement.stream != nullptr) {
     DQ_ASSIGN_OR_RETURN(streamer_, WeightStreamer::Create(*placement.stream));

@@ -1,13 +1,15 @@
 #include "engine/model/architecture.h"
 
 #include "absl/strings/str_join.h"
+#include "engine/model/gemma3.h"
 #include "engine/model/llama.h"
 #include "engine/model/qwen3.h"
 
 namespace dq {
 
 std::span<const Architecture* const> Architectures() {
-  static const Architecture* const kAll[] = {&LlamaArchitecture(), &Qwen3Architecture()};
+  static const Architecture* const kAll[] = {&LlamaArchitecture(), &Qwen3Architecture(),
+                                             &Gemma3Architecture()};
   return kAll;
 }
 
@@ -30,11 +32,15 @@ absl::StatusOr<const Architecture*> RequireArchitecture(std::string_view name) {
                    "'; this build supports: ", absl::StrJoin(names, ", ")));
 }
 
+TensorNames ArchitectureTensorNames(const Architecture& arch, bool gguf) {
+  return TensorNames(gguf, "model.layers.", arch.hf_sandwich_norms);
+}
+
 absl::StatusOr<ModelProgram> BindModelProgram(const Checkpoint& checkpoint,
                                               const ModelConfig& config) {
   DQ_ASSIGN_OR_RETURN(const Architecture* arch, RequireArchitecture(config.architecture));
   const WeightBinder binder(checkpoint, config.quant);
-  const TensorNames names(checkpoint.format() == "gguf");
+  const TensorNames names = ArchitectureTensorNames(*arch, checkpoint.format() == "gguf");
   DQ_ASSIGN_OR_RETURN(ModelProgram program, arch->bind(binder, names, config));
   const SequenceStateSpec state = program.Finalize();
   if (state.kv_layers != config.num_layers) {
@@ -47,15 +53,15 @@ absl::StatusOr<ModelProgram> BindModelProgram(const Checkpoint& checkpoint,
 
 namespace {
 
-// Binds a block's tensors from its slot tables (model_program.h); optional vectors only when
-// `with_optional`.
-template <typename B, size_t NL, size_t NV>
+// Binds a block's tensors from its slot tables (model_program.h); an optional vector only when
+// `wanted(role)`.
+template <typename B, size_t NL, size_t NV, typename Wanted>
 absl::StatusOr<B> BindBlock(const WeightBinder& binder, const TensorNames& names,
                             const ModelConfig& c, int layer, const LinearSlot<B> (&linears)[NL],
-                            const VectorSlot<B> (&vectors)[NV], bool with_optional) {
+                            const VectorSlot<B> (&vectors)[NV], const Wanted& wanted) {
   B block;
   for (const VectorSlot<B>& s : vectors) {
-    if (s.optional && !with_optional) continue;
+    if (s.optional && !wanted(std::string_view(s.role))) continue;
     DQ_ASSIGN_OR_RETURN(block.*s.values, binder.Vector(names.Layer(layer, s.role), s.size(c)));
   }
   for (const LinearSlot<B>& s : linears) {
@@ -69,13 +75,16 @@ absl::StatusOr<B> BindBlock(const WeightBinder& binder, const TensorNames& names
 
 absl::StatusOr<AttentionBlock> BindAttentionBlock(const WeightBinder& binder,
                                                   const TensorNames& names, const ModelConfig& c,
-                                                  int i, bool qk_norm) {
-  return BindBlock(binder, names, c, i, kAttentionLinears, kAttentionVectors, qk_norm);
+                                                  int i, bool qk_norm, bool post_norm) {
+  return BindBlock(
+      binder, names, c, i, kAttentionLinears, kAttentionVectors,
+      [&](std::string_view role) { return role == "post_attention_norm" ? post_norm : qk_norm; });
 }
 
 absl::StatusOr<MlpBlock> BindMlpBlock(const WeightBinder& binder, const TensorNames& names,
-                                      const ModelConfig& c, int i) {
-  return BindBlock(binder, names, c, i, kMlpLinears, kMlpVectors, false);
+                                      const ModelConfig& c, int i, bool post_norm) {
+  return BindBlock(binder, names, c, i, kMlpLinears, kMlpVectors,
+                   [&](std::string_view) { return post_norm; });
 }
 
 absl::Status BindEmbeddingsAndHead(const WeightBinder& binder, const TensorNames& names,

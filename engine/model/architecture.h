@@ -26,6 +26,11 @@ struct Architecture {
   // Binds the checkpoint's tensors into the program's blocks (weights stay in the mapping).
   absl::StatusOr<ModelProgram> (*bind)(const WeightBinder& binder, const TensorNames& names,
                                        const ModelConfig& config) = nullptr;
+  // Reads what only this architecture has from HF's config.json, RoPE included (then the
+  // generic RoPE reading is skipped); null: nothing beyond the Llama fields.
+  absl::Status (*configure_hf)(const nlohmann::json& config, ModelConfig& c) = nullptr;
+  bool hf_sandwich_norms = false;  // TensorNames' Gemma layout of HF norm names
+  bool reads_gguf = true;          // false: its GGUF metadata is not read yet
 };
 
 // Every architecture this build runs.
@@ -35,17 +40,21 @@ const Architecture* FindArchitecture(std::string_view name);
 // FindArchitecture or an InvalidArgument error that lists the supported names.
 absl::StatusOr<const Architecture*> RequireArchitecture(std::string_view name);
 
+// The tensor names of `arch`'s checkpoints in either convention.
+TensorNames ArchitectureTensorNames(const Architecture& arch, bool gguf);
+
 // Binds `config.architecture`'s program from `checkpoint` (GGUF or HF names) and finalizes it.
 absl::StatusOr<ModelProgram> BindModelProgram(const Checkpoint& checkpoint,
                                               const ModelConfig& config);
 
 // Blocks several architectures share, bound from the Llama-family tensor names.
+// `qk_norm`: with q/k norms; `post_norm`: with the block's output norm (Gemma).
 absl::StatusOr<AttentionBlock> BindAttentionBlock(const WeightBinder& binder,
                                                   const TensorNames& names,
                                                   const ModelConfig& config, int layer,
-                                                  bool qk_norm);
+                                                  bool qk_norm, bool post_norm = false);
 absl::StatusOr<MlpBlock> BindMlpBlock(const WeightBinder& binder, const TensorNames& names,
-                                      const ModelConfig& config, int layer);
+                                      const ModelConfig& config, int layer, bool post_norm = false);
 // The embedding, final norm and lm_head (tied to the embedding when the checkpoint has none).
 absl::Status BindEmbeddingsAndHead(const WeightBinder& binder, const TensorNames& names,
                                    const ModelConfig& config, ModelProgram* out);

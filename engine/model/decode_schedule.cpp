@@ -78,6 +78,7 @@ absl::StatusOr<DecodeSchedule> PlanDecodeStep(const ModelProgram& program,
                      o.tasks_per_worker, ", row_multiple ", o.row_multiple, ", rows ", o.rows,
                      "; give workers, tasks_per_worker and row_multiple >= 1 and 1 to 64 rows"));
   }
+  DQ_RETURN_IF_ERROR(program.RequireLlamaBlocks("persistent decode"));
   DecodeSchedule s;
   s.options = o;
   s.queues.resize(o.workers);

@@ -75,6 +75,10 @@ void Linear(const LinearWeight& w, const float* x, float* y, int64_t rows, Linea
 DecoderModel::DecoderModel(ModelConfig config, ModelProgram program)
     : config_(std::move(config)), program_(std::move(program)) {
   inv_freq_ = cpu::RopeInverseFrequencies(config_.head_dim, config_.rope_theta);
+  for (float& f : inv_freq_) f /= config_.rope_linear_factor;  // "linear" scaling: pos / factor
+  inv_freq_local_ = cpu::RopeInverseFrequencies(config_.head_dim, config_.rope_local_theta > 0
+                                                                      ? config_.rope_local_theta
+                                                                      : config_.rope_theta);
 }
 
 absl::Status DecoderModel::SetOptions(const DecoderModelOptions& options) {
@@ -124,6 +128,9 @@ void DecoderModel::Embed(const Batch& batch, float* x) const {
   for (const BatchItem& it : batch.items) {
     for (int32_t t : it.tokens) {
       DequantizeRow(program_.embedding.dtype, program_.embedding.row(t), x, hidden);
+      if (program_.embedding_scale != 1.0f) {
+        for (int64_t i = 0; i < hidden; ++i) x[i] *= program_.embedding_scale;
+      }
       x += hidden;
     }
   }
@@ -147,12 +154,13 @@ void DecoderModel::RunAttention(int layer, const AttentionBlock& w, Scratch& s, 
     cpu::RmsNorm(s.k.data(), w.k_norm.data(), s.m * c.num_kv_heads, c.head_dim, c.rms_norm_eps,
                  s.k.data());
   }
+  const float* inv_freq = w.local_rope ? inv_freq_local_.data() : inv_freq_.data();
   for (int64_t t = 0; t < s.m; ++t) {
     const cpu::AttentionToken& at = s.tokens[t];
     float* qt = s.q.data() + t * c.q_dim();
     float* kt = s.k.data() + t * c.kv_dim();
-    cpu::ApplyRope(qt, c.num_heads, c.head_dim, at.position, inv_freq_.data(), c.rope_style);
-    cpu::ApplyRope(kt, c.num_kv_heads, c.head_dim, at.position, inv_freq_.data(), c.rope_style);
+    cpu::ApplyRope(qt, c.num_heads, c.head_dim, at.position, inv_freq, c.rope_style);
+    cpu::ApplyRope(kt, c.num_kv_heads, c.head_dim, at.position, inv_freq, c.rope_style);
     RoundBf16(s.bf16, qt, c.q_dim());
     RoundBf16(s.bf16, kt, c.kv_dim());
     const int32_t block = at.seq->blocks[at.position / pool.block_size()];
@@ -160,12 +168,23 @@ void DecoderModel::RunAttention(int layer, const AttentionBlock& w, Scratch& s, 
     std::copy_n(kt, c.kv_dim(), pool.key(w.kv_layer, block, slot));
     std::copy_n(s.v.data() + t * c.kv_dim(), c.kv_dim(), pool.value(w.kv_layer, block, slot));
   }
+  cpu::AttentionOptions attention = s.attention;
+  attention.window = w.window;
+  attention.scale = c.attention_scale;
   cpu::PagedAttention(pool, w.kv_layer, s.tokens, s.q.data(), c.num_heads, s.attn.data(), threads,
-                      s.attention);
+                      attention);
   RoundBf16(s.bf16, s.attn.data(), s.m * c.q_dim());
   Observe(layer, LinearInput::kO, s.attn, s.m, c.q_dim());
   Linear(w.o, s.attn.data(), s.h.data(), s.m, s.linears, threads);
-  cpu::AddInPlace(s.x.data(), s.h.data(), s.m * c.hidden_size);
+  AddBlockOutput(w.post_norm, s);
+}
+
+void DecoderModel::AddBlockOutput(const std::vector<float>& post_norm, Scratch& s) const {
+  const int64_t hidden = config_.hidden_size;
+  if (!post_norm.empty()) {
+    cpu::RmsNorm(s.h.data(), post_norm.data(), s.m, hidden, config_.rms_norm_eps, s.h.data());
+  }
+  cpu::AddInPlace(s.x.data(), s.h.data(), s.m * hidden);
 }
 
 void DecoderModel::RunMlp(int layer, const MlpBlock& w, Scratch& s, ThreadPool& threads) const {
@@ -178,12 +197,16 @@ void DecoderModel::RunMlp(int layer, const MlpBlock& w, Scratch& s, ThreadPool& 
   const int64_t gu = s.m * c.intermediate_size;
   RoundBf16(s.bf16, s.gate.data(), gu);
   RoundBf16(s.bf16, s.up.data(), gu);
-  cpu::SiluMulInPlace(s.gate.data(), s.up.data(), gu);
+  if (w.activation == Activation::kGeluTanh) {
+    cpu::GeluTanhMulInPlace(s.gate.data(), s.up.data(), gu);
+  } else {
+    cpu::SiluMulInPlace(s.gate.data(), s.up.data(), gu);
+  }
   const bool fused = s.cuda_prefill && IsFp8W8A8(w.down) && w.down.in_features % 8 == 0;
   RoundBf16(s.bf16 && !fused, s.gate.data(), gu);
   Observe(layer, LinearInput::kDown, s.gate, s.m, c.intermediate_size);
   Linear(w.down, s.gate.data(), s.h.data(), s.m, s.linears, threads);
-  cpu::AddInPlace(s.x.data(), s.h.data(), s.m * c.hidden_size);
+  AddBlockOutput(w.post_norm, s);
 }
 
 void DecoderModel::Logits(const Batch& batch, Scratch& s, ThreadPool& threads,

@@ -79,6 +79,8 @@ class DecoderModel : public ForwardModel {
   void RunAttention(int layer, const AttentionBlock& w, Scratch& s, KvBlockPool& pool,
                     ThreadPool& threads) const;
   void RunMlp(int layer, const MlpBlock& w, Scratch& s, ThreadPool& threads) const;
+  // x += post_norm(h) (h alone when the block has no output norm).
+  void AddBlockOutput(const std::vector<float>& post_norm, Scratch& s) const;
   void Logits(const Batch& batch, Scratch& s, ThreadPool& threads, BatchLogits* out) const;
   void Prepare(const Batch& batch, Scratch& s) const;
   // Layers [first, end) over s.x; taps and KV hooks as Forward's.
@@ -92,7 +94,8 @@ class DecoderModel : public ForwardModel {
     if (observer_) observer_(layer, which, x.data(), rows, n);
   }
 
-  std::vector<float> inv_freq_;
+  std::vector<float> inv_freq_;        // RoPE of the global layers
+  std::vector<float> inv_freq_local_;  // of the local ones (AttentionBlock::local_rope)
   LinearObserver observer_;
   DecoderModelOptions options_;
 };

@@ -29,6 +29,11 @@ std::vector<int32_t> IdList(const nlohmann::json& v) {
 
 }  // namespace
 
+bool ModelConfig::llama_layer() const {
+  return rope_local_theta == 0.0f && rope_linear_factor == 1.0f && attention_scale == 0.0f &&
+         sliding_window == 0 && sliding_layers.empty() && !gelu_mlp;
+}
+
 absl::Status ModelConfig::Validate() const {
   auto positive = [](int v, const char* name) -> absl::Status {
     if (v <= 0) {
@@ -82,6 +87,19 @@ absl::StatusOr<ModelConfig> ModelConfigFromHfJson(const nlohmann::json& j) {
     return absl::InvalidArgumentError(
         absl::StrCat("config.json: missing or mistyped field: ", e.what()));
   }
+  if (arch->configure_hf != nullptr) {
+    DQ_RETURN_IF_ERROR(arch->configure_hf(j, c));
+  } else {
+    DQ_RETURN_IF_ERROR(ReadRope(j, c));
+  }
+  c.rope_style = j.value("dq_rope_interleaved", false) ? RopeStyle::kInterleaved : RopeStyle::kNeox;
+  if (arch->configure) arch->configure(c, /*gguf=*/false);
+  DQ_ASSIGN_OR_RETURN(c.quant, QuantConfig::FromHfConfig(j));
+  DQ_RETURN_IF_ERROR(c.Validate());
+  return c;
+}
+
+absl::Status ReadRope(const nlohmann::json& j, ModelConfig& c) {
   // transformers >= 5 writes the RoPE base (and any scaling) only in "rope_parameters".
   if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
     const nlohmann::json& rp = j["rope_parameters"];
@@ -98,17 +116,17 @@ absl::StatusOr<ModelConfig> ModelConfigFromHfJson(const nlohmann::json& j) {
     return absl::UnimplementedError(
         "config.json: rope_scaling is not supported yet; remove it or use a model without it");
   }
-  c.rope_style = j.value("dq_rope_interleaved", false) ? RopeStyle::kInterleaved : RopeStyle::kNeox;
-  if (arch->configure) arch->configure(c, /*gguf=*/false);
-  DQ_ASSIGN_OR_RETURN(c.quant, QuantConfig::FromHfConfig(j));
-  DQ_RETURN_IF_ERROR(c.Validate());
-  return c;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& g) {
   ModelConfig c;
   DQ_ASSIGN_OR_RETURN(const std::string name, g.GetString("general.architecture"));
   DQ_ASSIGN_OR_RETURN(const Architecture* arch, RequireArchitecture(name));
+  if (!arch->reads_gguf) {
+    return absl::UnimplementedError(
+        absl::StrCat("GGUF files of ", name, " are not read yet; use its HF checkpoint"));
+  }
   c.architecture = std::string(arch->name);
   const std::string& a = name;  // the metadata keys' prefix
   auto get_int = [&](const std::string& key) { return g.GetInt(a + "." + key); };

@@ -33,9 +33,18 @@ struct ModelConfig {
   RopeStyle rope_style = RopeStyle::kNeox;
   int32_t bos_token_id = -1;
   std::vector<int32_t> eos_token_ids;
-  QuantConfig quant;  // how the checkpoint's linear weights are stored
+  // Gemma 3 (set by its architecture file; the defaults are the Llama layer's):
+  float rope_local_theta = 0.0f;     // RoPE base of the sliding-window layers; 0: rope_theta
+  float rope_linear_factor = 1.0f;   // "linear" RoPE scaling of the other layers: pos / factor
+  float attention_scale = 0.0f;      // scores' scale; 0: 1/sqrt(head_dim)
+  int sliding_window = 0;            // positions a sliding-window layer sees, itself included
+  std::vector<bool> sliding_layers;  // per layer: sliding-window (true) or global; empty: none
+  bool gelu_mlp = false;             // GeGLU (tanh GELU) instead of SwiGLU
+  QuantConfig quant;                 // how the checkpoint's linear weights are stored
 
   int q_dim() const { return num_heads * head_dim; }
+  // No Gemma 3 facts: what the exporters and the quantizer write (they know only this layer).
+  bool llama_layer() const;
   int kv_dim() const { return num_kv_heads * head_dim; }
   // Checks internal consistency (heads divide, positive sizes); the error names the field.
   absl::Status Validate() const;
@@ -43,6 +52,9 @@ struct ModelConfig {
 
 // Parses a HF config.json object. Unknown architectures are an error that lists the supported.
 absl::StatusOr<ModelConfig> ModelConfigFromHfJson(const nlohmann::json& config);
+// The Llama family's RoPE fields of config.json (rope_theta, or transformers 5's
+// rope_parameters with rope_type "default"); scaling is Unimplemented.
+absl::Status ReadRope(const nlohmann::json& config, ModelConfig& c);
 // Reads `<arch>.*` GGUF metadata.
 absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& gguf);
 

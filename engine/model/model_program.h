@@ -14,6 +14,7 @@
 #include <variant>
 #include <vector>
 
+#include "common/status.h"
 #include "engine/model/linear_weight.h"
 #include "engine/model/model_config.h"
 
@@ -31,15 +32,29 @@ struct AttentionBlock {
   LinearWeight q, k, v, o;    // [q_dim, hidden], [kv_dim, hidden] x2, [hidden, q_dim]
   std::vector<float> q_norm;  // [head_dim], RMSNorm over each head of q before RoPE; empty: none
   std::vector<float> k_norm;  // [head_dim], the same over k
-  int kv_layer = 0;           // set by ModelProgram::Finalize: its layer of the sequence's KV
+  // [hidden], RMSNorm of the block's output before it joins the stream (Gemma's sandwich
+  // norm: x += post_norm(o(...))); empty: none.
+  std::vector<float> post_norm;
+  int window = 0;           // > 0: sliding-window attention over the latest `window` positions
+  bool local_rope = false;  // RoPE with ModelConfig::rope_local_theta (Gemma's local layers)
+  int kv_layer = 0;         // set by ModelProgram::Finalize: its layer of the sequence's KV
 
   bool has_qk_norm() const { return !q_norm.empty(); }
+  // Anything beyond the Llama/Qwen3 block, which only the CPU backend runs so far.
+  bool extended() const { return !post_norm.empty() || window > 0 || local_rope; }
 };
 
-// Pre-norm SwiGLU MLP: x += down(silu(gate(n)) * up(n)), n = RMSNorm(x; norm).
+enum class Activation { kSilu, kGeluTanh };
+
+// Pre-norm gated MLP: x += down(act(gate(n)) * up(n)), n = RMSNorm(x; norm); act is SiLU
+// (SwiGLU) or tanh-GELU (GeGLU).
 struct MlpBlock {
-  std::vector<float> norm;      // [hidden]
-  LinearWeight gate, up, down;  // [inter, hidden] x2, [hidden, inter]
+  std::vector<float> norm;       // [hidden]
+  LinearWeight gate, up, down;   // [inter, hidden] x2, [hidden, inter]
+  std::vector<float> post_norm;  // [hidden], as AttentionBlock::post_norm; empty: none
+  Activation activation = Activation::kSilu;
+
+  bool extended() const { return !post_norm.empty() || activation != Activation::kSilu; }
 };
 
 using Block = std::variant<AttentionBlock, MlpBlock>;
@@ -79,13 +94,15 @@ inline constexpr LinearSlot<AttentionBlock> kAttentionLinears[] = {
 inline constexpr VectorSlot<AttentionBlock> kAttentionVectors[] = {
     {"attn_norm", &AttentionBlock::norm, block_shapes::Hidden, false},
     {"attn_q_norm", &AttentionBlock::q_norm, block_shapes::Head, true},
-    {"attn_k_norm", &AttentionBlock::k_norm, block_shapes::Head, true}};
+    {"attn_k_norm", &AttentionBlock::k_norm, block_shapes::Head, true},
+    {"post_attention_norm", &AttentionBlock::post_norm, block_shapes::Hidden, true}};
 inline constexpr LinearSlot<MlpBlock> kMlpLinears[] = {
     {"ffn_gate", LinearInput::kGateUp, &MlpBlock::gate, block_shapes::Inter, block_shapes::Hidden},
     {"ffn_up", LinearInput::kGateUp, &MlpBlock::up, block_shapes::Inter, block_shapes::Hidden},
     {"ffn_down", LinearInput::kDown, &MlpBlock::down, block_shapes::Hidden, block_shapes::Inter}};
 inline constexpr VectorSlot<MlpBlock> kMlpVectors[] = {
-    {"ffn_norm", &MlpBlock::norm, block_shapes::Hidden, false}};
+    {"ffn_norm", &MlpBlock::norm, block_shapes::Hidden, false},
+    {"post_ffw_norm", &MlpBlock::post_norm, block_shapes::Hidden, true}};
 
 // Every tensor a bound `block` holds, as its checkpoint names it: linear(role, input, weight)
 // for each linear, vector(role, values) for each vector it has (an optional one only when set).
@@ -121,7 +138,8 @@ struct SequenceStateSpec {
 };
 
 struct ModelProgram {
-  LinearWeight embedding;  // [vocab, hidden]; rows are looked up, not multiplied
+  LinearWeight embedding;        // [vocab, hidden]; rows are looked up, not multiplied
+  float embedding_scale = 1.0f;  // looked-up rows are multiplied by this (Gemma: sqrt(hidden))
   std::vector<ProgramLayer> layers;
   std::vector<float> final_norm;  // [hidden]
   LinearWeight lm_head;           // [vocab, hidden]; a copy of `embedding`'s view when tied
@@ -130,6 +148,11 @@ struct ModelProgram {
   // Called once by whoever declares the program (architecture files, tests, benchmarks).
   SequenceStateSpec Finalize();
   SequenceStateSpec state() const;
+
+  // OK when every block is the Llama/Qwen3 one (no sandwich norms, sliding window, local RoPE,
+  // GeGLU or embedding scale); else FailedPrecondition naming what `backend` does not run yet.
+  // Every backend but the CPU's DecoderModel calls it before it runs a program.
+  absl::Status RequireLlamaBlocks(std::string_view backend) const;
 
   // Every linear layer of every block (quantization, compute modes, reports), in program order.
   template <typename Fn>

@@ -12,8 +12,13 @@ class TensorNames {
  public:
   // `hf_layers`: what HF layer names start with ("model.layers."; a DFlash drafter's are bare
   // "layers.").
-  explicit TensorNames(bool gguf, std::string hf_layers = "model.layers.")
-      : gguf_(gguf), hf_layers_(std::move(hf_layers)) {}
+  // `sandwich_norms`: HF's Gemma layout, where "post_attention_layernorm" is the attention
+  // block's output norm and the MLP's input norm is "pre_feedforward_layernorm" (in Llama's,
+  // "post_attention_layernorm" is the MLP's input norm).
+  explicit TensorNames(bool gguf, std::string hf_layers = "model.layers.",
+                       bool sandwich_norms = false)
+      : gguf_(gguf), sandwich_norms_(sandwich_norms), hf_layers_(std::move(hf_layers)) {}
+  bool gguf() const { return gguf_; }
   std::string Embedding() const {
     return gguf_ ? "token_embd.weight" : "model.embed_tokens.weight";
   }
@@ -23,11 +28,20 @@ class TensorNames {
 
  private:
   bool gguf_;
+  bool sandwich_norms_;
   std::string hf_layers_;
 };
 
 inline std::string TensorNames::Layer(int layer, const std::string& role) const {
   if (gguf_) return absl::StrCat("blk.", layer, ".", role, ".weight");
+  static const std::pair<const char*, const char*> kSandwich[] = {
+      {"ffn_norm", "pre_feedforward_layernorm"},
+      {"post_attention_norm", "post_attention_layernorm"},
+      {"post_ffw_norm", "post_feedforward_layernorm"},
+  };
+  for (const auto& [g, hf] : kSandwich) {
+    if (sandwich_norms_ && role == g) return absl::StrCat(hf_layers_, layer, ".", hf, ".weight");
+  }
   static const std::pair<const char*, const char*> kHf[] = {
       {"attn_norm", "input_layernorm"},    {"ffn_norm", "post_attention_layernorm"},
       {"attn_q", "self_attn.q_proj"},      {"attn_k", "self_attn.k_proj"},

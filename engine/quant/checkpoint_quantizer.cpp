@@ -211,6 +211,11 @@ absl::Status QuantizeCheckpoint(const Model& source, const std::string& out_dir,
         absl::StrCat("the source checkpoint is already quantized (", source.config.quant.scheme,
                      "); quantize from the original bf16/f32 or GGUF model"));
   }
+  if (!source.config.llama_layer()) {
+    return absl::UnimplementedError(
+        "dq-quantize writes only the Llama/Qwen3 layer so far; this model (Gemma 3) is served "
+        "from its own checkpoint");
+  }
   Job job{source, opt, nullptr, TensorNames(source.checkpoint->format() == "gguf")};
   if (opt.format != "bf16" && opt.format != "f32") {
     DQ_ASSIGN_OR_RETURN(job.codec, FindWeightCodec(opt.format));

@@ -1,4 +1,5 @@
-// dq-tool make-tiny: a tiny random Qwen3 checkpoint (config, safetensors, tokenizer) for tests.
+// dq-tool make-tiny: a tiny random Qwen3 or Gemma 3 checkpoint (config, safetensors, tokenizer)
+// for tests.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -34,6 +35,8 @@ struct TinyOptions {
   int max_context = 4096;
   bool parallel = false;
   std::string dtype = "bf16";
+  std::string arch = "qwen3";  // or "gemma3"
+  int sliding_window = 8;      // gemma3: small, so that short prompts cross it
 };
 
 // Largest token id in a HF tokenizer.json, plus one.
@@ -135,6 +138,54 @@ nlohmann::json MakeConfig(const TinyOptions& o, int vocab, const nlohmann::json&
           {"eos_token_id", TokenId(tok, "<|im_end|>")}};
 }
 
+// Gemma3ForCausalLM's text config: five sliding-window layers per global one.
+nlohmann::json MakeGemma3Config(const TinyOptions& o, int vocab, const nlohmann::json& tok) {
+  nlohmann::json types = nlohmann::json::array();
+  for (int i = 0; i < o.layers; ++i) {
+    types.push_back((i + 1) % 6 == 0 ? "full_attention" : "sliding_attention");
+  }
+  nlohmann::json c = MakeConfig(o, vocab, tok);
+  c["architectures"] = {"Gemma3ForCausalLM"};
+  c["model_type"] = "gemma3_text";
+  c.erase("hidden_act");
+  c.erase("rope_theta");
+  c["hidden_activation"] = "gelu_pytorch_tanh";
+  c["sliding_window"] = o.sliding_window;
+  c["layer_types"] = types;
+  c["query_pre_attn_scalar"] = o.head_dim;
+  c["rope_parameters"] = {
+      {"full_attention", {{"rope_type", "default"}, {"rope_theta", 1000000.0}}},
+      {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}};
+  c["final_logit_softcapping"] = nullptr;
+  c["attn_logit_softcapping"] = nullptr;
+  return c;
+}
+
+// Gemma's norms multiply by (1 + w): their weights are drawn around 0.
+void AddGemma3Weights(const TinyOptions& o, int vocab, TensorMaker& m) {
+  const float in_std = 1.0f / std::sqrt(static_cast<float>(o.hidden));
+  const float mlp_std = 1.0f / std::sqrt(static_cast<float>(o.intermediate));
+  // The embedding is scaled by sqrt(hidden) on the way in, and tied to the lm_head.
+  m.Add("model.embed_tokens.weight", {vocab, o.hidden}, 0.0f, 0.2f);
+  m.Add("model.norm.weight", {o.hidden}, 0.0f, 0.1f);
+  for (int i = 0; i < o.layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    for (const char* norm : {"input_layernorm", "post_attention_layernorm",
+                             "pre_feedforward_layernorm", "post_feedforward_layernorm"}) {
+      m.Add(p + norm + ".weight", {o.hidden}, 0.0f, 0.1f);
+    }
+    m.Add(p + "self_attn.q_proj.weight", {o.heads * o.head_dim, o.hidden}, 0.0f, in_std);
+    m.Add(p + "self_attn.k_proj.weight", {o.kv_heads * o.head_dim, o.hidden}, 0.0f, in_std);
+    m.Add(p + "self_attn.v_proj.weight", {o.kv_heads * o.head_dim, o.hidden}, 0.0f, in_std);
+    m.Add(p + "self_attn.o_proj.weight", {o.hidden, o.heads * o.head_dim}, 0.0f, in_std);
+    m.Add(p + "self_attn.q_norm.weight", {o.head_dim}, 0.0f, 0.1f);
+    m.Add(p + "self_attn.k_norm.weight", {o.head_dim}, 0.0f, 0.1f);
+    m.Add(p + "mlp.gate_proj.weight", {o.intermediate, o.hidden}, 0.0f, in_std);
+    m.Add(p + "mlp.up_proj.weight", {o.intermediate, o.hidden}, 0.0f, in_std);
+    m.Add(p + "mlp.down_proj.weight", {o.hidden, o.intermediate}, 0.0f, mlp_std);
+  }
+}
+
 void AddWeights(const TinyOptions& o, int vocab, TensorMaker& m) {
   const float in_std = 1.0f / std::sqrt(static_cast<float>(o.hidden));
   const float mlp_std = 1.0f / std::sqrt(static_cast<float>(o.intermediate));
@@ -172,16 +223,27 @@ absl::Status MakeTiny(const TinyOptions& o) {
   const std::string chat((std::istreambuf_iterator<char>(cf)), std::istreambuf_iterator<char>());
   const int vocab = (VocabSize(tok) + 63) / 64 * 64;  // padded like real checkpoints
   fs::create_directories(o.out);
-  std::ofstream(fs::path(o.out) / "config.json") << MakeConfig(o, vocab, tok).dump(2) << "\n";
+  if (o.arch != "qwen3" && o.arch != "gemma3") {
+    return absl::InvalidArgumentError("--arch must be qwen3 or gemma3");
+  }
+  const bool gemma = o.arch == "gemma3";
+  std::ofstream(fs::path(o.out) / "config.json")
+      << (gemma ? MakeGemma3Config(o, vocab, tok) : MakeConfig(o, vocab, tok)).dump(2) << "\n";
   fs::copy_file(o.tokenizer, fs::path(o.out) / "tokenizer.json",
                 fs::copy_options::overwrite_existing);
-  const nlohmann::json tok_config = {{"chat_template", chat},
-                                     {"eos_token", "<|im_end|>"},
-                                     {"pad_token", "<|endoftext|>"},
-                                     {"model_max_length", o.max_context}};
+  nlohmann::json tok_config = {{"chat_template", chat},
+                               {"eos_token", "<|im_end|>"},
+                               {"pad_token", "<|endoftext|>"},
+                               {"model_max_length", o.max_context}};
+  // Not Gemma's own tokenizer: without this, transformers picks GemmaTokenizer for the model type.
+  if (gemma) tok_config["tokenizer_class"] = "PreTrainedTokenizerFast";
   std::ofstream(fs::path(o.out) / "tokenizer_config.json") << tok_config.dump(2) << "\n";
   TensorMaker maker(o.seed, o.dtype == "f32" ? DType::kF32 : DType::kBF16, o.parallel);
-  AddWeights(o, vocab, maker);
+  if (gemma) {
+    AddGemma3Weights(o, vocab, maker);
+  } else {
+    AddWeights(o, vocab, maker);
+  }
   return WriteSafetensors((fs::path(o.out) / "model.safetensors").string(), maker.entries(),
                           {{"format", "pt"}});
 }
@@ -190,7 +252,8 @@ absl::Status MakeTiny(const TinyOptions& o) {
 
 void RegisterMakeTiny(CLI::App& app, int* exit_code) {
   auto opts = std::make_shared<TinyOptions>();
-  CLI::App* cmd = app.add_subcommand("make-tiny", "write a tiny random Qwen3 checkpoint");
+  CLI::App* cmd =
+      app.add_subcommand("make-tiny", "write a tiny random Qwen3 or Gemma 3 checkpoint");
   cmd->add_option("--out", opts->out, "output directory")->required();
   cmd->add_option("--tokenizer", opts->tokenizer, "HF tokenizer.json to copy");
   cmd->add_option("--chat-template", opts->chat_template, "Jinja chat template file");
@@ -204,6 +267,11 @@ void RegisterMakeTiny(CLI::App& app, int* exit_code) {
   cmd->add_option("--dtype", opts->dtype, "bf16 or f32");
   cmd->add_option("--max-context", opts->max_context, "max_position_embeddings (default 4096)")
       ->check(CLI::Range(16, 1 << 20));
+  cmd->add_option("--arch", opts->arch, "qwen3 (default) or gemma3")
+      ->check(CLI::IsMember({"qwen3", "gemma3"}));
+  cmd->add_option("--sliding-window", opts->sliding_window,
+                  "gemma3: positions a sliding-window layer sees (default 8)")
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_flag("--parallel", opts->parallel,
                 "draw the weights on every core (other values than the default sequential draw; "
                 "for large benchmark models)");
@@ -214,7 +282,8 @@ void RegisterMakeTiny(CLI::App& app, int* exit_code) {
       *exit_code = 1;
       return;
     }
-    std::cout << "wrote tiny Qwen3 checkpoint to " << opts->out << "\n";
+    std::cout << "wrote tiny " << (opts->arch == "gemma3" ? "Gemma 3" : "Qwen3")
+              << " checkpoint to " << opts->out << "\n";
   });
 }
 

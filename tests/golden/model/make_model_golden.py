@@ -3,6 +3,9 @@
 
 Run on the GPU machine (it has torch + transformers; the `gguf` package travels as a wheel):
     python3 tests/golden/model/make_model_golden.py --smollm2 PATH.gguf --tiny-qwen3 DIR --out DIR
+or, for one model, on any machine with torch (the CPU is used when there is no GPU):
+    dq-tool make-tiny --arch gemma3 --out DIR --seed 3 --layers 6 --dtype f32
+    python3 tests/golden/model/make_model_golden.py --tiny-gemma3 DIR --out tests/golden/model
 
 For each model and prompt it records the prompt ids (from HF's tokenizer), the final-position
 logits (float32, base64), and a 32-token greedy continuation computed step by step with the KV
@@ -30,6 +33,7 @@ PROMPTS = [
         + "Unicode: café, naïve, 東京, 😀. The answer is")},
 ]
 GREEDY_STEPS = 32
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def sha256(path):
@@ -47,7 +51,7 @@ def load(path, gguf_file):
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, **kw)
     except TypeError:
         model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32, **kw)
-    return tok, model.to("cuda").eval()
+    return tok, model.to(DEVICE).eval()
 
 
 def prompt_ids(tok, p, chat_kwargs):
@@ -61,7 +65,7 @@ def prompt_ids(tok, p, chat_kwargs):
 
 @torch.no_grad()
 def run_prompt(model, ids):
-    x = torch.tensor([ids], device="cuda")
+    x = torch.tensor([ids], device=DEVICE)
     out = model(input_ids=x, use_cache=True)
     last = out.logits[0, -1].float().cpu().numpy()
     past, logits = out.past_key_values, out.logits[0, -1]
@@ -71,7 +75,7 @@ def run_prompt(model, ids):
         nxt = int(top2.indices[0])
         greedy.append(nxt)
         margins.append(float(top2.values[0] - top2.values[1]))
-        out = model(input_ids=torch.tensor([[nxt]], device="cuda"), past_key_values=past,
+        out = model(input_ids=torch.tensor([[nxt]], device=DEVICE), past_key_values=past,
                     use_cache=True)
         past, logits = out.past_key_values, out.logits[0, -1]
     return last, greedy, margins
@@ -84,7 +88,9 @@ def golden(name, path, gguf_file, chat_kwargs):
         "model": name,
         "file_sha256": sha256(file_path),
         "reference": {"transformers": transformers.__version__, "torch": torch.__version__,
-                      "dtype": "float32", "device": torch.cuda.get_device_name(0),
+                      "dtype": "float32",
+                      "device": torch.cuda.get_device_name(0) if DEVICE == "cuda"
+                      else f"cpu ({platform.processor() or platform.machine()})",
                       "python": platform.python_version()},
         "prompts": [],
     }
@@ -103,22 +109,32 @@ def golden(name, path, gguf_file, chat_kwargs):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--smollm2", required=True, help="SmolLM2-135M-Instruct.Q4_1.gguf")
-    ap.add_argument("--tiny-qwen3", required=True, help="directory made by dq-tool make-tiny")
+    ap.add_argument("--smollm2", help="SmolLM2-135M-Instruct.Q4_1.gguf")
+    ap.add_argument("--tiny-qwen3", help="directory made by dq-tool make-tiny")
+    ap.add_argument("--tiny-gemma3", help="directory made by dq-tool make-tiny --arch gemma3 "
+                    "--seed 3 --layers 6 --dtype f32")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
     os.makedirs(a.out, exist_ok=True)
-    smol = golden("SmolLM2-135M-Instruct.Q4_1", os.path.dirname(os.path.abspath(a.smollm2)),
-                  os.path.basename(a.smollm2), {})
-    with open(os.path.join(a.out, "smollm2.json"), "w") as f:
-        json.dump(smol, f)
-    tiny = golden("tiny-qwen3 (dq-tool make-tiny --seed 1)", a.tiny_qwen3, None,
-                  {"enable_thinking": False})
-    with open(os.path.join(a.out, "tiny_qwen3.json"), "w") as f:
-        json.dump(tiny, f)
+    runs = []
+    if a.smollm2:
+        runs.append(("smollm2.json", "SmolLM2-135M-Instruct.Q4_1",
+                     os.path.dirname(os.path.abspath(a.smollm2)), os.path.basename(a.smollm2), {}))
+    if a.tiny_qwen3:
+        runs.append(("tiny_qwen3.json", "tiny-qwen3 (dq-tool make-tiny --seed 1)", a.tiny_qwen3,
+                     None, {"enable_thinking": False}))
+    if a.tiny_gemma3:
+        runs.append(("tiny_gemma3.json", "tiny-gemma3 (dq-tool make-tiny --arch gemma3 --seed 3 "
+                     "--layers 6 --dtype f32)", a.tiny_gemma3, None, {"enable_thinking": False}))
+    if not runs:
+        ap.error("name at least one model")
+    for out_name, name, path, gguf_file, chat_kwargs in runs:
+        result = golden(name, path, gguf_file, chat_kwargs)
+        with open(os.path.join(a.out, out_name), "w") as f:
+            json.dump(result, f)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 // Whole-model numerics against HF transformers (fp32), from goldens committed with the script
-// that made them (tests/golden/model/make_model_golden.py, run on the GPU machine).
+// that made them (tests/golden/model/make_model_golden.py, run on the GPU machine; tiny_gemma3 on
+// the dev machine's CPU with the same torch and transformers versions).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -81,11 +82,17 @@ TEST_P(ModelGoldenTest, LogitsAndGreedyMatchTransformers) {
   }
 }
 
+std::string CaseName(size_t index) {
+  static const char* const kNames[] = {"SmolLM2", "TinyQwen3", "TinyGemma3"};
+  return kNames[index];
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Models, ModelGoldenTest,
     ::testing::Values(GoldenCase{"smollm2.json", testing::SmolLM2Path(), 1e-2f},
-                      GoldenCase{"tiny_qwen3.json", testing::TinyQwen3Path(), 1e-3f}),
-    [](const auto& info) { return info.index == 0 ? std::string("SmolLM2") : "TinyQwen3"; });
+                      GoldenCase{"tiny_qwen3.json", testing::TinyQwen3Path(), 1e-3f},
+                      GoldenCase{"tiny_gemma3.json", testing::TinyGemma3Path(), 1e-3f}),
+    [](const auto& info) { return CaseName(info.index); });
 
 }  // namespace
 }  // namespace dq

@@ -17,6 +17,9 @@ inline std::string TinyQwen3Path() {
   return env ? env : std::string(DQ_BINARY_DIR) + "/tiny-qwen3";
 }
 
+// The tiny random Gemma 3 of CTest's fixture.make_tiny_gemma3.
+inline std::string TinyGemma3Path() { return std::string(DQ_BINARY_DIR) + "/tiny-gemma3"; }
+
 inline std::string SmolLM2Path() {
   return std::string(DQ_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
