@@ -1,5 +1,6 @@
 #include "router/json_fields.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -75,10 +76,25 @@ FieldReader::FieldReader(const nlohmann::json& object, std::string prefix)
     : object_(object), prefix_(std::move(prefix)) {}
 
 const nlohmann::json* FieldReader::Find(std::string_view name) const {
+  if (looked_up_.find(name) == looked_up_.end()) looked_up_.emplace(name);
   if (!object_.is_object()) return nullptr;
   auto it = object_.find(name);
   if (it == object_.end() || it->is_null()) return nullptr;
   return &*it;
+}
+
+void FieldReader::RejectUnread(std::span<const std::string_view> ignored) {
+  if (!ok() || !object_.is_object()) return;
+  for (const auto& [key, value] : object_.items()) {
+    if (value.is_null() || looked_up_.find(key) != looked_up_.end()) continue;  // null: unset
+    if (std::find(ignored.begin(), ignored.end(), std::string_view(key)) != ignored.end()) {
+      continue;
+    }
+    return Fail(InvalidRequest(
+        Param(key), absl::StrCat("Unrecognized request argument supplied: ", Param(key),
+                                 ". This server does not know it; check its spelling or remove "
+                                 "it (docs/serving.md lists the parameters).")));
+  }
 }
 
 void FieldReader::Fail(ApiError error) {

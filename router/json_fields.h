@@ -3,6 +3,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -58,6 +60,12 @@ class FieldReader {
   // Any JSON integer from -2^63 to 2^64-1, negative ones as their two's-complement bits.
   bool Seed(std::string_view name, uint64_t* out);
 
+  // Fails (400, as OpenAI's "Unrecognized request argument supplied") on the first field of the
+  // object that no read above looked up and that is not in `ignored` (fields other clients send
+  // that change nothing here). A misspelt or unsupported parameter then never does something
+  // other than asked.
+  void RejectUnread(std::span<const std::string_view> ignored);
+
   // Records `error` unless an earlier one is already recorded.
   void Fail(ApiError error);
   bool ok() const { return !error_.has_value(); }
@@ -67,6 +75,7 @@ class FieldReader {
   const nlohmann::json& object_;
   std::string prefix_;
   std::optional<ApiError> error_;
+  mutable std::set<std::string, std::less<>> looked_up_;  // every name Find was asked for
 };
 
 }  // namespace dq::router

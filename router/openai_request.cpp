@@ -138,6 +138,7 @@ void ReadMaxTokens(FieldReader& f, ApiEndpoint endpoint, std::optional<int>* max
   const bool newer =
       endpoint == ApiEndpoint::kChatCompletions && f.Find("max_completion_tokens") != nullptr;
   const char* name = newer ? "max_completion_tokens" : "max_tokens";
+  f.Find("max_tokens");  // known either way (the newer name wins when both are sent)
   const json* v = f.ok() ? f.Find(name) : nullptr;
   if (v != nullptr && v->is_number() && v->get<double>() < 1) {
     return f.Fail(InvalidRequest(
@@ -162,6 +163,7 @@ void ReadStreaming(FieldReader& f, bool* stream, bool* include_usage) {
   if (!opts->is_object()) return f.Fail(WrongType("stream_options", "an object", *opts));
   FieldReader o(*opts, "stream_options.");
   o.Bool("include_usage", include_usage);
+  o.RejectUnread({});
   if (!o.ok()) f.Fail(o.error());
 }
 
@@ -178,6 +180,11 @@ ApiError Unsupported(const std::string& param, std::string_view what) {
   return InvalidRequest(param, absl::StrCat("'", param, "' is not supported by this server (",
                                             std::string(what), "); remove it from the request."));
 }
+
+// Fields OpenAI's API (or another client) sends that change nothing here: bookkeeping for the
+// caller's own account, or settings that only matter with a feature refused above (tools).
+constexpr std::string_view kIgnoredFields[] = {"metadata", "store", "service_tier",
+                                               "parallel_tool_calls"};
 
 // Known fields that would change the answer if silently ignored.
 void RejectUnsupported(FieldReader& f) {
@@ -196,6 +203,11 @@ void RejectUnsupported(FieldReader& f) {
   if (non_empty("tools")) f.Fail(Unsupported("tools", "no tool calling"));
   if (non_empty("functions")) f.Fail(Unsupported("functions", "no function calling"));
   if (non_empty("use_beam_search")) f.Fail(Unsupported("use_beam_search", "no beam search"));
+  // Without tools (refused above), "none" and "auto" change nothing.
+  const json* tool_choice = f.ok() ? f.Find("tool_choice") : nullptr;
+  if (tool_choice != nullptr && *tool_choice != "none" && *tool_choice != "auto") {
+    f.Fail(Unsupported("tool_choice", "no tool calling"));
+  }
   const json* format = f.ok() ? f.Find("response_format") : nullptr;
   const bool text_format = format != nullptr && format->is_object() &&
                            (!format->contains("type") || (*format)["type"] == "text");
@@ -374,6 +386,7 @@ ApiResult<ChatCompletionRequest> ChatCompletionRequestFromJson(const json& body,
   ReadChatLogprobs(f, options, &r);
   RejectUnsupported(f);
   f.String("user", &r.user);
+  f.RejectUnread(kIgnoredFields);
   if (!f.ok()) return f.error();
   return r;
 }
@@ -394,6 +407,7 @@ ApiResult<CompletionRequest> CompletionRequestFromJson(const json& body,
   f.Bool("echo", &r.echo);
   RejectUnsupported(f);
   f.String("user", &r.user);
+  f.RejectUnread(kIgnoredFields);
   if (!f.ok()) return f.error();
   return r;
 }

@@ -255,6 +255,49 @@ TEST(OpenAiRequestErrorsTest, StreamingLogprobsAndUnsupported) {
   });
 }
 
+// A parameter this server does not know is a 400 naming it, never silently ignored (a typo such
+// as "temprature" would otherwise sample at the default temperature).
+TEST(OpenAiRequestErrorsTest, UnknownParametersAreRefused) {
+  ExpectErrors({
+      {"misspelt temperature", kChat, Chat(R"("temprature": 1.9)"), 400, "temprature",
+       "Unrecognized request argument supplied: temprature"},
+      {"vLLM guided decoding", kChat, Chat(R"("guided_json": {"type": "object"})"), 400,
+       "guided_json", "Unrecognized request argument"},
+      {"llama.cpp grammar", kText, Completion(R"("grammar": "root ::= x")"), 400, "grammar",
+       "Unrecognized request argument"},
+      {"predicted outputs", kChat, Chat(R"("prediction": {"type": "content", "content": "x"})"),
+       400, "prediction", "Unrecognized request argument"},
+      {"web search", kChat, Chat(R"("web_search_options": {})"), 400, "web_search_options",
+       "Unrecognized request argument"},
+      {"a chat field on completions", kText, Completion(R"("max_completion_tokens": 5)"), 400,
+       "max_completion_tokens", "Unrecognized request argument"},
+      {"a required tool", kChat, Chat(R"("tool_choice": "required")"), 400, "tool_choice",
+       "no tool calling"},
+      {"unknown stream option", kChat,
+       Chat(R"("stream": true, "stream_options": {"include_usage": true, "chunk": 1})"), 400,
+       "stream_options.chunk", "Unrecognized request argument supplied: stream_options.chunk"},
+  });
+}
+
+TEST(OpenAiRequestErrorsTest, BookkeepingFieldsAndEveryReadFieldPass) {
+  const std::string chat = Chat(
+      R"("metadata": {"a": "b"}, "store": false, "service_tier": "auto",
+          "parallel_tool_calls": true, "user": "u", "max_tokens": 4, "max_completion_tokens": 5,
+          "temperature": 0.5, "top_p": 0.9, "top_k": 5, "min_p": 0.1, "presence_penalty": 0.1,
+          "frequency_penalty": 0.1, "repetition_penalty": 1.1, "seed": 3, "stop": ["x"],
+          "stop_token_ids": [1], "ignore_eos": false, "speculative": true, "stream": true,
+          "stream_options": {"include_usage": true}, "logprobs": true, "top_logprobs": 2,
+          "n": 1, "logit_bias": {}, "tools": [], "response_format": {"type": "text"},
+          "chat_template_kwargs": {"enable_thinking": false, "custom_var": 1})");
+  auto c = ParseChatCompletionRequest(chat, Options());
+  EXPECT_TRUE(c.ok()) << c.error().message;
+  const std::string text = Completion(
+      R"("max_tokens": 4, "echo": true, "logprobs": 2, "suffix": "", "best_of": 1,
+          "metadata": {}, "temperature": 0, "stream": false)");
+  auto t = ParseCompletionRequest(text, Options());
+  EXPECT_TRUE(t.ok()) << t.error().message;
+}
+
 TEST(OpenAiRequestErrorsTest, Prompt) {
   ExpectErrors({
       {"missing prompt", kText, R"({"model": "m"})", 400, "prompt",
