@@ -19,7 +19,7 @@ ApiError NotFound(const HttpRequest& req) {
   return ApiError{404, "invalid_request_error",
                   "Not found: " + req.method + " " + req.path +
                       ". This server serves POST /v1/chat/completions, POST /v1/completions, "
-                      "GET /v1/models, GET /health and GET /metrics.",
+                      "GET /v1/models, GET /v1/models/{id}, GET /health and GET /metrics.",
                   "", "not_found"};
 }
 
@@ -58,11 +58,17 @@ const HttpServer::Route* HttpServer::FindRoute(const HttpRequest& req) {
       {"POST", "/v1/chat/completions", &HttpServer::Chat, true, false},
       {"POST", "/v1/completions", &HttpServer::Completions, true, false},
       {"GET", "/v1/models", &HttpServer::Models, true, true},
+      {"GET", "/v1/models/", &HttpServer::Model, true, true},  // + {id}: a prefix
       {"GET", "/health", &HttpServer::Health, false, true},
       {"GET", "/metrics", &HttpServer::Metrics, true, true},
   };
   for (const Route& r : kRoutes) {
-    if (req.method == r.method && req.path == r.path) return &r;
+    const std::string_view path(r.path);
+    const bool match = path.back() == '/'
+                           ? req.path.size() > path.size() &&
+                                 std::string_view(req.path).substr(0, path.size()) == path
+                           : req.path == path;
+    if (req.method == r.method && match) return &r;
   }
   return nullptr;
 }
@@ -139,6 +145,13 @@ void HttpServer::BadRequest(HttpResponder& res, const ApiError& error) {
 }
 
 std::string HttpServer::ModelsJson() const {
+  ojson body;
+  body["object"] = "list";
+  body["data"] = ojson::array({ojson::parse(ModelJson())});
+  return body.dump(-1, ' ', false, ojson::error_handler_t::replace);
+}
+
+std::string HttpServer::ModelJson() const {
   const ServedModel& m = pipeline_.model();
   ojson model;
   model["id"] = m.name;
@@ -151,10 +164,7 @@ std::string HttpServer::ModelsJson() const {
   model["max_model_len"] = m.max_context;
   model["dq_prefill_scheme"] = registry_.Scheme(WorkerRole::kPrefill);
   model["dq_decode_scheme"] = registry_.Scheme(WorkerRole::kDecode);
-  ojson body;
-  body["object"] = "list";
-  body["data"] = ojson::array({std::move(model)});
-  return body.dump(-1, ' ', false, ojson::error_handler_t::replace);
+  return model.dump(-1, ' ', false, ojson::error_handler_t::replace);
 }
 
 std::string HttpServer::HealthJson(bool* ready) const {
@@ -193,6 +203,18 @@ std::string HttpServer::HealthJson(bool* ready) const {
 
 void HttpServer::Models(const HttpRequest&, HttpResponder& res) {
   res.Reply(HttpReply{200, "application/json", ModelsJson(), {}});
+}
+
+void HttpServer::Model(const HttpRequest& req, HttpResponder& res) {
+  const std::string id = req.path.substr(std::string_view("/v1/models/").size());
+  if (id != pipeline_.model().name) {
+    return res.Reply(ErrorReply(
+        ApiError{404, "invalid_request_error",
+                 absl::StrCat("The model '", id, "' does not exist; this server serves '",
+                              pipeline_.model().name, "' (GET /v1/models lists it)."),
+                 "model", "model_not_found"}));
+  }
+  res.Reply(HttpReply{200, "application/json", ModelJson(), {}});
 }
 
 void HttpServer::Health(const HttpRequest&, HttpResponder& res) {

@@ -1,6 +1,6 @@
 // The OpenAI-compatible HTTP front end (on http_listener.h):
 //   POST /v1/chat/completions, POST /v1/completions  (stream via SSE, or one JSON body)
-//   GET  /v1/models   GET /health (no API key)   GET /metrics (Prometheus text)
+//   GET  /v1/models   GET /v1/models/{id}   GET /health (no API key)   GET /metrics (Prometheus)
 // Every error is an OpenAI-style JSON body; a handler never lets an exception reach the
 // listener. The key, the path and the declared length are checked before a body is read. A
 // request whose client disconnects is cancelled on both workers at its next token (a stream: at
@@ -53,6 +53,8 @@ class HttpServer {
 
   // The bodies of GET /v1/models and GET /health (the gRPC front end reports the same facts).
   std::string ModelsJson() const;
+  // The served model's object (GET /v1/models/{id}, and each entry of the list).
+  std::string ModelJson() const;
   // Sets *ready to whether at least one prefill and one decode worker serve.
   std::string HealthJson(bool* ready) const;
 
@@ -77,6 +79,7 @@ class HttpServer {
   void Chat(const HttpRequest& req, HttpResponder& res);
   void Completions(const HttpRequest& req, HttpResponder& res);
   void Models(const HttpRequest& req, HttpResponder& res);
+  void Model(const HttpRequest& req, HttpResponder& res);
   void Health(const HttpRequest& req, HttpResponder& res);
   void Metrics(const HttpRequest& req, HttpResponder& res);
   static HttpReply ErrorReply(const ApiError& error, const std::string& retry_after = "");

@@ -106,6 +106,21 @@ TEST_F(HttpServerTest, ModelsListsTheServedModelWithItsContext) {
   EXPECT_TRUE(body["data"][0].contains("dq_prefill_scheme"));
 }
 
+TEST_F(HttpServerTest, OneModelByIdOr404) {
+  auto r = Get("/v1/models/tiny");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  const json body = json::parse(r->body);
+  EXPECT_EQ(body["id"], "tiny");
+  EXPECT_EQ(body["object"], "model");
+  EXPECT_EQ(body["max_model_len"], 64);
+  r = Get("/v1/models/gpt-4");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+  EXPECT_EQ(Error(r)["code"], "model_not_found");
+  EXPECT_EQ(Get("/v1/models/tiny", /*auth=*/false)->status, 401);
+}
+
 TEST_F(HttpServerTest, BadBodiesAre400Or404Or413NamingTheProblem) {
   auto r = Post("/v1/chat/completions", R"({"messages":[{"role":"robot","content":"x"}]})");
   ASSERT_TRUE(r);
