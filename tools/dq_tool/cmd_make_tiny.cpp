@@ -138,6 +138,22 @@ nlohmann::json MakeConfig(const TinyOptions& o, int vocab, const nlohmann::json&
           {"eos_token_id", TokenId(tok, "<|im_end|>")}};
 }
 
+// Layer `p`'s q/k/v/o, its q/k norms (drawn around `norm_mean`) and its MLP, in the order the
+// committed goldens' random streams depend on.
+void AddLayerBody(const TinyOptions& o, const std::string& p, float norm_mean, TensorMaker& m) {
+  const float in_std = 1.0f / std::sqrt(static_cast<float>(o.hidden));
+  const float mlp_std = 1.0f / std::sqrt(static_cast<float>(o.intermediate));
+  m.Add(p + "self_attn.q_proj.weight", {o.heads * o.head_dim, o.hidden}, 0.0f, in_std);
+  m.Add(p + "self_attn.k_proj.weight", {o.kv_heads * o.head_dim, o.hidden}, 0.0f, in_std);
+  m.Add(p + "self_attn.v_proj.weight", {o.kv_heads * o.head_dim, o.hidden}, 0.0f, in_std);
+  m.Add(p + "self_attn.o_proj.weight", {o.hidden, o.heads * o.head_dim}, 0.0f, in_std);
+  m.Add(p + "self_attn.q_norm.weight", {o.head_dim}, norm_mean, 0.1f);
+  m.Add(p + "self_attn.k_norm.weight", {o.head_dim}, norm_mean, 0.1f);
+  m.Add(p + "mlp.gate_proj.weight", {o.intermediate, o.hidden}, 0.0f, in_std);
+  m.Add(p + "mlp.up_proj.weight", {o.intermediate, o.hidden}, 0.0f, in_std);
+  m.Add(p + "mlp.down_proj.weight", {o.hidden, o.intermediate}, 0.0f, mlp_std);
+}
+
 // Gemma3ForCausalLM's text config: five sliding-window layers per global one.
 nlohmann::json MakeGemma3Config(const TinyOptions& o, int vocab, const nlohmann::json& tok) {
   nlohmann::json types = nlohmann::json::array();
@@ -163,8 +179,6 @@ nlohmann::json MakeGemma3Config(const TinyOptions& o, int vocab, const nlohmann:
 
 // Gemma's norms multiply by (1 + w): their weights are drawn around 0.
 void AddGemma3Weights(const TinyOptions& o, int vocab, TensorMaker& m) {
-  const float in_std = 1.0f / std::sqrt(static_cast<float>(o.hidden));
-  const float mlp_std = 1.0f / std::sqrt(static_cast<float>(o.intermediate));
   // The embedding is scaled by sqrt(hidden) on the way in, and tied to the lm_head.
   m.Add("model.embed_tokens.weight", {vocab, o.hidden}, 0.0f, 0.2f);
   m.Add("model.norm.weight", {o.hidden}, 0.0f, 0.1f);
@@ -174,21 +188,11 @@ void AddGemma3Weights(const TinyOptions& o, int vocab, TensorMaker& m) {
                              "pre_feedforward_layernorm", "post_feedforward_layernorm"}) {
       m.Add(p + norm + ".weight", {o.hidden}, 0.0f, 0.1f);
     }
-    m.Add(p + "self_attn.q_proj.weight", {o.heads * o.head_dim, o.hidden}, 0.0f, in_std);
-    m.Add(p + "self_attn.k_proj.weight", {o.kv_heads * o.head_dim, o.hidden}, 0.0f, in_std);
-    m.Add(p + "self_attn.v_proj.weight", {o.kv_heads * o.head_dim, o.hidden}, 0.0f, in_std);
-    m.Add(p + "self_attn.o_proj.weight", {o.hidden, o.heads * o.head_dim}, 0.0f, in_std);
-    m.Add(p + "self_attn.q_norm.weight", {o.head_dim}, 0.0f, 0.1f);
-    m.Add(p + "self_attn.k_norm.weight", {o.head_dim}, 0.0f, 0.1f);
-    m.Add(p + "mlp.gate_proj.weight", {o.intermediate, o.hidden}, 0.0f, in_std);
-    m.Add(p + "mlp.up_proj.weight", {o.intermediate, o.hidden}, 0.0f, in_std);
-    m.Add(p + "mlp.down_proj.weight", {o.hidden, o.intermediate}, 0.0f, mlp_std);
+    AddLayerBody(o, p, 0.0f, m);
   }
 }
 
 void AddWeights(const TinyOptions& o, int vocab, TensorMaker& m) {
-  const float in_std = 1.0f / std::sqrt(static_cast<float>(o.hidden));
-  const float mlp_std = 1.0f / std::sqrt(static_cast<float>(o.intermediate));
   // Tied embeddings: 0.2 keeps the logits' spread near 1.6 so sampling is not one-hot.
   m.Add("model.embed_tokens.weight", {vocab, o.hidden}, 0.0f, 0.2f);
   m.Add("model.norm.weight", {o.hidden}, 1.0f, 0.1f);
@@ -196,15 +200,7 @@ void AddWeights(const TinyOptions& o, int vocab, TensorMaker& m) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     m.Add(p + "input_layernorm.weight", {o.hidden}, 1.0f, 0.1f);
     m.Add(p + "post_attention_layernorm.weight", {o.hidden}, 1.0f, 0.1f);
-    m.Add(p + "self_attn.q_proj.weight", {o.heads * o.head_dim, o.hidden}, 0.0f, in_std);
-    m.Add(p + "self_attn.k_proj.weight", {o.kv_heads * o.head_dim, o.hidden}, 0.0f, in_std);
-    m.Add(p + "self_attn.v_proj.weight", {o.kv_heads * o.head_dim, o.hidden}, 0.0f, in_std);
-    m.Add(p + "self_attn.o_proj.weight", {o.hidden, o.heads * o.head_dim}, 0.0f, in_std);
-    m.Add(p + "self_attn.q_norm.weight", {o.head_dim}, 1.0f, 0.1f);
-    m.Add(p + "self_attn.k_norm.weight", {o.head_dim}, 1.0f, 0.1f);
-    m.Add(p + "mlp.gate_proj.weight", {o.intermediate, o.hidden}, 0.0f, in_std);
-    m.Add(p + "mlp.up_proj.weight", {o.intermediate, o.hidden}, 0.0f, in_std);
-    m.Add(p + "mlp.down_proj.weight", {o.hidden, o.intermediate}, 0.0f, mlp_std);
+    AddLayerBody(o, p, 1.0f, m);
   }
 }
 
