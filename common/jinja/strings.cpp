@@ -1,0 +1,212 @@
+#include "common/jinja/strings.h"
+
+#include <cctype>
+
+#include "common/jinja/unicode.h"
+
+namespace dq::jinja {
+namespace {
+
+Str SliceOf(const Str& s, size_t b, size_t e) {
+  StrBuilder out;
+  out.AppendSlice(s, b, e);
+  return out.Take();
+}
+
+bool SpaceAt(std::string_view s, size_t i, size_t* next) {
+  *next = i;
+  return IsPySpace(DecodeUtf8(s, next));
+}
+
+std::vector<Str> SplitWhitespace(const Str& s, int64_t maxsplit) {
+  std::vector<Str> out;
+  const std::string& t = s.text;
+  size_t i = 0, next;
+  while (i < t.size()) {
+    while (i < t.size() && SpaceAt(t, i, &next)) i = next;
+    if (i >= t.size()) break;
+    if (maxsplit >= 0 && static_cast<int64_t>(out.size()) >= maxsplit) {
+      // The remainder keeps its trailing whitespace stripped, as Python does.
+      const size_t end = StripRange(std::string_view(t).substr(i), "", false, true, true).second;
+      out.push_back(SliceOf(s, i, i + end));
+      break;
+    }
+    const size_t start = i;
+    while (i < t.size() && !SpaceAt(t, i, &next)) i = next;
+    out.push_back(SliceOf(s, start, i));
+  }
+  return out;
+}
+
+}  // namespace
+
+Str StripStr(const Str& s, std::string_view chars, bool left, bool right, bool whitespace) {
+  const auto [b, e] = StripRange(s.text, chars, left, right, whitespace);
+  return SliceOf(s, b, e);
+}
+
+std::vector<Str> SplitStr(const Str& s, std::string_view sep, int64_t maxsplit, bool whitespace,
+                          bool from_right) {
+  if (whitespace && !from_right) return SplitWhitespace(s, maxsplit);
+  if (whitespace) {  // rsplit() without sep: split all, then rejoin the leftmost extras
+    std::vector<Str> all = SplitWhitespace(s, -1);
+    if (maxsplit < 0 || static_cast<int64_t>(all.size()) <= maxsplit + 1) return all;
+    const size_t keep = all.size() - maxsplit;
+    // Find where piece `keep` starts to cut the head from the original text.
+    size_t pos = 0, next;
+    size_t seen = 0;
+    const std::string& t = s.text;
+    size_t head_end = 0;
+    while (pos < t.size() && seen < keep) {
+      while (pos < t.size() && SpaceAt(t, pos, &next)) pos = next;
+      while (pos < t.size() && !SpaceAt(t, pos, &next)) pos = next;
+      head_end = pos;
+      ++seen;
+    }
+    const size_t head_start = StripRange(t, "", true, false, true).first;
+    std::vector<Str> out{SliceOf(s, head_start, head_end)};
+    out.insert(out.end(), all.begin() + keep, all.end());
+    return out;
+  }
+  std::vector<size_t> cuts;  // byte offsets of separator matches
+  const std::string& t = s.text;
+  if (!from_right) {
+    for (size_t p = t.find(sep); p != std::string::npos; p = t.find(sep, p + sep.size())) {
+      if (maxsplit >= 0 && static_cast<int64_t>(cuts.size()) >= maxsplit) break;
+      cuts.push_back(p);
+    }
+  } else {
+    size_t end = t.size();
+    while (end >= sep.size()) {
+      if (maxsplit >= 0 && static_cast<int64_t>(cuts.size()) >= maxsplit) break;
+      const size_t p = t.rfind(sep, end - sep.size());
+      if (p == std::string::npos) break;
+      cuts.insert(cuts.begin(), p);
+      end = p;
+    }
+  }
+  std::vector<Str> out;
+  size_t start = 0;
+  for (size_t c : cuts) {
+    out.push_back(SliceOf(s, start, c));
+    start = c + sep.size();
+  }
+  out.push_back(SliceOf(s, start, t.size()));
+  return out;
+}
+
+Str ReplaceStr(const Str& s, std::string_view old, const Str& replacement, int64_t count) {
+  StrBuilder out;
+  const std::string& t = s.text;
+  int64_t done = 0;
+  if (old.empty()) {  // Python inserts the replacement around every code point
+    const std::vector<size_t> offs = CodePointOffsets(t);
+    for (size_t i = 0; i < offs.size(); ++i) {
+      if (count < 0 || done < count) out.Append(replacement), ++done;
+      if (i + 1 < offs.size()) out.AppendSlice(s, offs[i], offs[i + 1]);
+    }
+    return out.Take();
+  }
+  size_t start = 0;
+  for (size_t p = t.find(old); p != std::string::npos && (count < 0 || done < count);
+       p = t.find(old, start), ++done) {
+    out.AppendSlice(s, start, p);
+    out.Append(replacement);
+    start = p + old.size();
+  }
+  out.AppendSlice(s, start, t.size());
+  return out.Take();
+}
+
+std::vector<Str> SplitLines(const Str& s, bool keepends) {
+  std::vector<Str> out;
+  const std::string& t = s.text;
+  size_t start = 0, i = 0;
+  while (i < t.size()) {
+    size_t next = i;
+    const char32_t c = DecodeUtf8(t, &next);
+    if (!IsPyLineBreak(c)) {
+      i = next;
+      continue;
+    }
+    if (c == '\r' && next < t.size() && t[next] == '\n') ++next;
+    out.push_back(SliceOf(s, start, keepends ? next : i));
+    start = i = next;
+  }
+  if (start < t.size()) out.push_back(SliceOf(s, start, t.size()));
+  return out;
+}
+
+Str CaseMap(const Str& s, std::string_view mode) {
+  // Every mapping here keeps the UTF-8 length, so the text is rewritten in place and the user
+  // ranges stay valid; a code point whose mapping would change length is left alone.
+  Str out = s;
+  std::string& t = out.text;
+  bool prev_cased = false;
+  for (size_t i = 0, k = 0; i < t.size(); ++k) {
+    size_t next = i;
+    const char32_t c = DecodeUtf8(t, &next);
+    char32_t r = c;
+    if (mode == "upper") {
+      r = ToUpperCp(c);
+    } else if (mode == "lower") {
+      r = ToLowerCp(c);
+    } else if (mode == "swapcase") {
+      r = ToUpperCp(c) != c ? ToUpperCp(c) : ToLowerCp(c);
+    } else if (mode == "capitalize") {
+      r = k == 0 ? ToUpperCp(c) : ToLowerCp(c);
+    } else if (mode == "title") {
+      r = prev_cased ? ToLowerCp(c) : ToUpperCp(c);
+      prev_cased = IsCasedCp(c);
+    }
+    if (r != c) {
+      std::string enc;
+      AppendUtf8(&enc, r);
+      if (enc.size() == next - i) t.replace(i, enc.size(), enc);
+    }
+    i = next;
+  }
+  return out;
+}
+
+Str JinjaTitle(const Str& s) {
+  // jinja2 splits at runs of whitespace and -([{< and capitalises each piece.
+  Str out = s;
+  std::string& t = out.text;
+  bool word_start = true;
+  for (size_t i = 0; i < t.size();) {
+    size_t next = i;
+    const char32_t c = DecodeUtf8(t, &next);
+    if (IsPySpace(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<') {
+      word_start = true;
+      i = next;
+      continue;
+    }
+    const char32_t r = word_start ? ToUpperCp(c) : ToLowerCp(c);
+    word_start = false;
+    if (r != c) {
+      std::string enc;
+      AppendUtf8(&enc, r);
+      if (enc.size() == next - i) t.replace(i, enc.size(), enc);
+    }
+    i = next;
+  }
+  return out;
+}
+
+bool CharClassTest(std::string_view s, std::string_view mode) {
+  if (s.empty()) return false;
+  bool any_cased = false;
+  for (unsigned char c : s) {
+    if (mode == "isdigit" && !std::isdigit(c)) return false;
+    if (mode == "isalpha" && !std::isalpha(c) && c < 0x80) return false;
+    if (mode == "isalnum" && !std::isalnum(c) && c < 0x80) return false;
+    if (mode == "isspace" && !std::isspace(c)) return false;
+    if (mode == "isupper" && std::islower(c)) return false;
+    if (mode == "islower" && std::isupper(c)) return false;
+    any_cased |= std::isalpha(c) != 0;
+  }
+  return (mode == "isupper" || mode == "islower") ? any_cased : true;
+}
+
+}  // namespace dq::jinja
