@@ -7,6 +7,9 @@ namespace dq::jinja {
 absl::StatusOr<Value> Interpreter::Eval(const Expr& e, const ScopePtr& scope) {
   if (absl::Status st = Step(); !st.ok()) return st;
   absl::StatusOr<Value> r = EvalInner(e, scope);
+  if (r.ok() && r->depth() > opts_.limits.max_value_depth) {
+    r = absl::ResourceExhaustedError("value nested too deeply");
+  }
   if (r.ok() || e.line == 0) return r;
   const std::string msg(r.status().message());
   if (msg.substr(0, 9) == "template:") return r;

@@ -278,7 +278,7 @@ Value Interpreter::MakeMacro(const Stmt& s, const ScopePtr& def_scope) {
           if (d.ok()) scope->Set(name, *std::move(d));
           st = d.status();
         }
-        scope->Set("varargs", Value::List(std::move(varargs)));
+        scope->Set("varargs", Value::Tuple(std::move(varargs)));
         scope->Set("kwargs", Value::Dict(std::move(kwargs)));
         absl::StatusOr<Str> out = st.ok() ? in.Capture(stmt->body, scope) : st;
         --in.depth_;

@@ -22,6 +22,7 @@ struct RenderLimits {
   size_t max_output_bytes = 64 << 20;
   uint64_t max_steps = 20'000'000;  // statements, expressions and loop iterations
   int max_depth = 100;              // macro and caller nesting
+  uint32_t max_value_depth = 256;   // lists and dicts nested in one value
 };
 
 struct RenderOptions {

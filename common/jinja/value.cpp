@@ -1,5 +1,6 @@
 #include "common/jinja/value.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 
@@ -115,6 +116,7 @@ Value Value::String(Str s) {
 Value Value::List(std::vector<Value> items) {
   Value v;
   v.kind_ = Kind::kList;
+  for (const Value& x : items) v.depth_ = std::max(v.depth_, x.depth_ + 1);
   v.list_ = std::make_shared<const std::vector<Value>>(std::move(items));
   return v;
 }
@@ -126,6 +128,7 @@ Value Value::Tuple(std::vector<Value> items) {
 Value Value::Dict(std::vector<std::pair<Value, Value>> items) {
   Value v;
   v.kind_ = Kind::kDict;
+  for (const auto& [k, x] : items) v.depth_ = std::max({v.depth_, k.depth_ + 1, x.depth_ + 1});
   v.dict_ = std::make_shared<DictData>(DictData{std::move(items)});
   return v;
 }
@@ -335,7 +338,13 @@ void ReprStringInto(const Str& s, StrBuilder* out) {
   out->Append(std::string_view(&q, 1));
 }
 
-void ReprInto(const Value& v, StrBuilder* out) {
+void ReprInto(const Value& v, StrBuilder* out, int depth) {
+  // A namespace can hold itself (even twice); stop where Python would print its recursion
+  // marker, and before such a value's repr grows without bound.
+  if (depth > 300 || out->size() > (size_t{1} << 24)) {
+    out->Append("...");
+    return;
+  }
   switch (v.kind()) {
     case Value::Kind::kString:
       ReprStringInto(v.str_data(), out);
@@ -344,7 +353,7 @@ void ReprInto(const Value& v, StrBuilder* out) {
       out->Append(v.is_tuple() ? "(" : "[");
       for (size_t i = 0; i < v.list().size(); ++i) {
         if (i) out->Append(", ");
-        ReprInto(v.list()[i], out);
+        ReprInto(v.list()[i], out, depth + 1);
       }
       if (v.is_tuple() && v.list().size() == 1) out->Append(",");
       out->Append(v.is_tuple() ? ")" : "]");
@@ -358,9 +367,9 @@ void ReprInto(const Value& v, StrBuilder* out) {
       for (const auto& [k, val] : v.dict().items) {
         if (!first) out->Append(", ");
         first = false;
-        ReprInto(k, out);
+        ReprInto(k, out, depth + 1);
         out->Append(": ");
-        ReprInto(val, out);
+        ReprInto(val, out, depth + 1);
       }
       out->Append("}");
       if (v.is_namespace()) out->Append(">");
@@ -384,7 +393,7 @@ std::string ReprString(std::string_view s) {
 
 Str Repr(const Value& v) {
   StrBuilder b;
-  ReprInto(v, &b);
+  ReprInto(v, &b, 0);
   return b.Take();
 }
 

@@ -135,12 +135,17 @@ class Value {
   // Python's type name, for error messages.
   const char* TypeName() const;
 
+  // How deeply lists and dicts nest inside this value (0 for a scalar). The interpreter bounds
+  // it so that the recursive operations (==, repr, tojson) cannot exhaust the stack.
+  uint32_t depth() const { return depth_; }
+
   // Dict lookup by string key; nullptr when absent or not a mapping.
   const Value* Get(std::string_view key) const;
 
  private:
   Kind kind_ = Kind::kUndefined;
   bool b_ = false;
+  uint32_t depth_ = 0;
   int64_t i_ = 0;
   double d_ = 0;
   std::shared_ptr<const Str> str_;  // string, or an undefined value's name

@@ -161,6 +161,10 @@ def chat_cases():
                     ctx = {"messages": messages, "tools": TOOLS_SETS[tools_name],
                            "documents": None, "add_generation_prompt": agp,
                            "bos_token": "<BOS>", "eos_token": "<EOS>"}
+                    if "firefunction" in fname:  # this template reads `datetime` and `functions`
+                        ctx["datetime"] = "2025-03-14"
+                        ctx["functions"] = json.dumps([t["function"] for t in
+                                                       TOOLS_SETS[tools_name] or []])
                     variants = [("", ctx)]
                     if "Qwen3" in fname or "Seed" in fname or "Nemotron" in fname:
                         variants.append(("/no_think", dict(ctx, enable_thinking=False)))
