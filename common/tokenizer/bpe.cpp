@@ -1,5 +1,6 @@
 #include "common/tokenizer/bpe.h"
 
+#include <algorithm>
 #include <mutex>
 #include <queue>
 
@@ -41,17 +42,9 @@ struct BpeModel::Cache {
   Shard& For(std::string_view piece) { return shards[StringHash{}(piece) % kCacheShards]; }
 };
 
-absl::StatusOr<BpeModel> BpeModel::Build(
-    const TokenIdMap& vocab, const std::vector<std::pair<std::string, std::string>>& merges,
-    std::optional<int32_t> unk_id) {
-  BpeModel model;
-  for (int b = 0; b < 256; ++b) {
-    std::string symbol;
-    AppendUtf8(ByteToUnicode(static_cast<uint8_t>(b)), &symbol);
-    auto it = vocab.find(symbol);
-    model.byte_ids_[b] = it != vocab.end() ? it->second : unk_id.value_or(-1);
-  }
-  model.merges_.reserve(merges.size());
+absl::Status BpeModel::AddMerges(const TokenIdMap& vocab,
+                                 const std::vector<std::pair<std::string, std::string>>& merges) {
+  merges_.reserve(merges.size());
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& [left, right] = merges[rank];
     auto l = vocab.find(left), r = vocab.find(right), m = vocab.find(left + right);
@@ -64,8 +57,45 @@ absl::StatusOr<BpeModel> BpeModel::Build(
           : r == vocab.end() ? right
                              : left + right));
     }
-    model.merges_[PairKey(l->second, r->second)] = {static_cast<int32_t>(rank), m->second};
+    merges_[PairKey(l->second, r->second)] = {static_cast<int32_t>(rank), m->second};
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<BpeModel> BpeModel::Build(
+    const TokenIdMap& vocab, const std::vector<std::pair<std::string, std::string>>& merges,
+    std::optional<int32_t> unk_id) {
+  BpeModel model;
+  for (int b = 0; b < 256; ++b) {
+    std::string symbol;
+    AppendUtf8(ByteToUnicode(static_cast<uint8_t>(b)), &symbol);
+    auto it = vocab.find(symbol);
+    model.byte_ids_[b] = it != vocab.end() ? it->second : unk_id.value_or(-1);
+  }
+  DQ_RETURN_IF_ERROR(model.AddMerges(vocab, merges));
+  model.cache_ = std::make_shared<Cache>();
+  return model;
+}
+
+absl::StatusOr<BpeModel> BpeModel::BuildCharLevel(
+    const TokenIdMap& vocab, const std::vector<std::pair<std::string, std::string>>& merges,
+    std::optional<int32_t> unk_id, bool byte_fallback, bool fuse_unk) {
+  BpeModel model;
+  model.char_level_ = true;
+  model.byte_fallback_ = byte_fallback;
+  model.fuse_unk_ = fuse_unk;
+  model.unk_id_ = unk_id;
+  for (int b = 0; b < 256; ++b) {
+    auto it = vocab.find(absl::StrFormat("<0x%02X>", b));
+    model.byte_ids_[b] = it != vocab.end() ? it->second : -1;
+  }
+  for (const auto& [token, id] : vocab) {
+    char32_t cp;
+    if (!token.empty() && DecodeUtf8(token, 0, &cp) == static_cast<int>(token.size())) {
+      model.char_ids_.emplace(cp, id);
+    }
+  }
+  DQ_RETURN_IF_ERROR(model.AddMerges(vocab, merges));
   model.cache_ = std::make_shared<Cache>();
   return model;
 }
@@ -75,12 +105,52 @@ const BpeModel::Merge* BpeModel::FindMerge(int32_t left, int32_t right) const {
   return it == merges_.end() ? nullptr : &it->second;
 }
 
+void BpeModel::CharSymbols(std::string_view piece, std::vector<int32_t>* ids) const {
+  // As HF's merge_word: a pending <unk> is added before the next known character only, so byte
+  // fallback tokens that come first land before it.
+  std::optional<int32_t> pending_unk;
+  for (size_t i = 0; i < piece.size();) {
+    char32_t cp;
+    const int len = std::max(DecodeUtf8(piece, i, &cp), 1);
+    const std::string_view ch = piece.substr(i, len);
+    i += len;
+    if (auto it = char_ids_.find(cp); it != char_ids_.end()) {
+      if (pending_unk) ids->push_back(*pending_unk);
+      pending_unk.reset();
+      ids->push_back(it->second);
+      continue;
+    }
+    if (byte_fallback_ && std::all_of(ch.begin(), ch.end(), [&](char c) {
+          return byte_ids_[static_cast<uint8_t>(c)] >= 0;
+        })) {
+      for (char c : ch) ids->push_back(byte_ids_[static_cast<uint8_t>(c)]);
+      continue;
+    }
+    if (!unk_id_) continue;
+    if (pending_unk && !fuse_unk_) ids->push_back(*pending_unk);
+    pending_unk = unk_id_;
+  }
+  if (pending_unk) ids->push_back(*pending_unk);
+}
+
 void BpeModel::MergeSymbols(std::string_view piece, std::vector<int32_t>* out) const {
+  std::vector<int32_t> ids;
+  ids.reserve(piece.size());
+  if (char_level_) {
+    CharSymbols(piece, &ids);
+  } else {
+    for (char c : piece) {
+      const int32_t id = byte_ids_[static_cast<uint8_t>(c)];
+      if (id >= 0) ids.push_back(id);
+    }
+  }
+  MergeIds(ids, out);
+}
+
+void BpeModel::MergeIds(const std::vector<int32_t>& ids, std::vector<int32_t>* out) const {
   std::vector<Symbol> syms;
-  syms.reserve(piece.size());
-  for (char c : piece) {
-    const int32_t id = byte_ids_[static_cast<uint8_t>(c)];
-    if (id < 0) continue;
+  syms.reserve(ids.size());
+  for (int32_t id : ids) {
     const auto n = static_cast<int32_t>(syms.size());
     syms.push_back({id, n - 1, n + 1, true});
   }
@@ -114,7 +184,7 @@ void BpeModel::MergeSymbols(std::string_view piece, std::vector<int32_t>* out) c
 
 void BpeModel::Encode(std::string_view piece, std::vector<int32_t>* out) const {
   if (piece.empty()) return;
-  if (piece.size() == 1) {
+  if (piece.size() == 1 && !char_level_) {
     const int32_t id = byte_ids_[static_cast<uint8_t>(piece[0])];
     if (id >= 0) out->push_back(id);
     return;

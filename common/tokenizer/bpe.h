@@ -1,5 +1,8 @@
-// Byte-level BPE merging: raw bytes -> GPT-2 mapped symbols -> merges applied by rank, the
-// lowest rank first and, among equal ranks, the leftmost (HF tokenizers' BPE::merge_word).
+// BPE merging, the lowest rank first and, among equal ranks, the leftmost (HF tokenizers'
+// BPE::merge_word). Byte-level (GPT-2): raw bytes -> GPT-2 mapped symbols -> merges. Char-level
+// (SentencePiece-style BPE): UTF-8 characters -> merges; a character missing from the vocabulary
+// becomes its bytes' <0xNN> tokens (byte_fallback), else <unk> (fused with a neighbouring <unk>
+// under fuse_unk), else is dropped.
 #pragma once
 
 #include <array>
@@ -33,6 +36,11 @@ class BpeModel {
       const TokenIdMap& vocab, const std::vector<std::pair<std::string, std::string>>& merges,
       std::optional<int32_t> unk_id);
 
+  // The char-level model (see the file comment). Byte tokens are looked up as "<0xNN>".
+  static absl::StatusOr<BpeModel> BuildCharLevel(
+      const TokenIdMap& vocab, const std::vector<std::pair<std::string, std::string>>& merges,
+      std::optional<int32_t> unk_id, bool byte_fallback, bool fuse_unk);
+
   // Appends the ids of one pre-tokenized piece of raw bytes. Thread-safe; results of short
   // pieces are cached.
   void Encode(std::string_view piece, std::vector<int32_t>* out) const;
@@ -46,10 +54,21 @@ class BpeModel {
   };
   struct Cache;
 
+  absl::Status AddMerges(const TokenIdMap& vocab,
+                         const std::vector<std::pair<std::string, std::string>>& merges);
   void MergeSymbols(std::string_view piece, std::vector<int32_t>* out) const;
+  // The initial symbols of a char-level piece (HF's merge_word before merge_all).
+  void CharSymbols(std::string_view piece, std::vector<int32_t>* ids) const;
+  void MergeIds(const std::vector<int32_t>& ids, std::vector<int32_t>* out) const;
   const Merge* FindMerge(int32_t left, int32_t right) const;
 
-  std::array<int32_t, 256> byte_ids_{};  // -1: dropped.
+  // Byte-level: each byte's symbol id (-1: dropped). Char-level: each byte's <0xNN> id (-1: none).
+  std::array<int32_t, 256> byte_ids_{};
+  bool char_level_ = false;
+  bool byte_fallback_ = false;
+  bool fuse_unk_ = false;
+  std::optional<int32_t> unk_id_;                   // Char-level only.
+  std::unordered_map<char32_t, int32_t> char_ids_;  // Char-level: single-character tokens.
   std::unordered_map<uint64_t, Merge> merges_;
   std::shared_ptr<Cache> cache_;
 };

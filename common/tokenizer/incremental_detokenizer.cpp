@@ -7,11 +7,34 @@
 namespace dq {
 
 IncrementalDetokenizer::IncrementalDetokenizer(Tokenizer tokenizer, bool skip_special)
-    : tokenizer_(std::move(tokenizer)), skip_special_(skip_special) {}
+    : tokenizer_(std::move(tokenizer)), skip_special_(skip_special) {
+  Reset();
+}
+
+void IncrementalDetokenizer::Reset() {
+  pending_.clear();
+  first_ = true;
+  strip_left_ = tokenizer_.strip_start();
+}
+
+void IncrementalDetokenizer::ApplyStrip(std::string* text) {
+  const std::string_view content = tokenizer_.strip_content();
+  if (strip_left_ <= 0 || content.empty()) return;
+  size_t cut = 0;
+  while (strip_left_ > 0 && std::string_view(*text).substr(cut, content.size()) == content) {
+    cut += content.size();
+    --strip_left_;
+  }
+  if (cut < text->size()) strip_left_ = 0;
+  text->erase(0, cut);
+}
 
 std::string IncrementalDetokenizer::Next(int32_t id) {
+  if (id < 0 || id >= tokenizer_.vocab_size()) return {};
   if (skip_special_ && tokenizer_.IsSpecial(id)) return {};
-  const std::string_view bytes = tokenizer_.TokenBytes(id);
+  const std::string_view bytes =
+      first_ ? tokenizer_.FirstTokenBytes(id) : tokenizer_.TokenBytes(id);
+  first_ = false;
   if (bytes.empty()) return {};
   pending_.append(bytes);
   const size_t keep = tok_internal::IncompleteUtf8TailLen(pending_);
@@ -19,13 +42,15 @@ std::string IncrementalDetokenizer::Next(int32_t id) {
   tok_internal::AppendUtf8Lossy(std::string_view(pending_).substr(0, pending_.size() - keep),
                                 &text);
   pending_.erase(0, pending_.size() - keep);
+  ApplyStrip(&text);
   return text;
 }
 
 std::string IncrementalDetokenizer::Flush() {
   std::string text;
   tok_internal::AppendUtf8Lossy(pending_, &text);
-  pending_.clear();
+  ApplyStrip(&text);
+  Reset();
   return text;
 }
 

@@ -1,6 +1,10 @@
 // Streams decoded text one token id at a time without ever emitting a broken UTF-8 sequence:
 // bytes that may still become a character are held back until a later token completes them.
-// The concatenation of every Next() and the final Flush() equals Tokenizer::Decode(all ids).
+// The concatenation of every Next() and the final Flush() equals Tokenizer::Decode(all ids)
+// (SentencePiece-style tokenizers: see tokenizer.h for the two exceptions). Byte-fallback
+// tokens (<0xNN>) stream as their raw bytes, so a character split over several of them comes
+// out once complete; the first token and a Strip decoder's leading characters are handled as
+// Decode does.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +28,7 @@ class IncrementalDetokenizer {
   std::string Flush();
 
   // Drops held-back bytes and starts a new stream.
-  void Reset() { pending_.clear(); }
+  void Reset();
 
   // Bytes held back waiting for the rest of a character (0-3).
   size_t pending_bytes() const { return pending_.size(); }
@@ -33,6 +37,11 @@ class IncrementalDetokenizer {
   Tokenizer tokenizer_;
   bool skip_special_;
   std::string pending_;
+  bool first_ = true;   // No token decoded yet.
+  int strip_left_ = 0;  // Leading strip_content() characters still to drop.
+
+  // Drops leading strip characters from `text` while strip_left_ lasts.
+  void ApplyStrip(std::string* text);
 };
 
 }  // namespace dq

@@ -6,6 +6,8 @@
 #include "common/tokenizer/added_tokens.h"
 #include "common/tokenizer/bpe.h"
 #include "common/tokenizer/pre_tokenizer.h"
+#include "common/tokenizer/spm_pipeline.h"
+#include "common/tokenizer/spm_score.h"
 #include "common/tokenizer/unicode_nfc.h"
 #include "common/tokenizer/utf8.h"
 
@@ -16,6 +18,9 @@ using tok_internal::AddedTokenMatcher;
 using tok_internal::BpeModel;
 using tok_internal::RegexChain;
 using tok_internal::Segment;
+using tok_internal::SpmDecoder;
+using tok_internal::SpmPreTokenizer;
+using tok_internal::SpmScoreModel;
 using tok_internal::TokenIdMap;
 
 namespace {
@@ -129,9 +134,23 @@ struct Tokenizer::Impl {
   PreTokenizer pre_type = PreTokenizer::kGpt2;
   Normalizer normalizer = Normalizer::kNone;
   bool ignore_merges = false;
+  // SentencePiece-style (byte_level false).
+  bool byte_level = true;
+  std::vector<NormalizerStep> normalizer_steps;
+  SpmPreTokenizer spm_pre;
+  SpmDecoder decoder;
+  std::optional<SpmScoreModel> spm_score;  // GGUF "llama": merges by score instead of bpe.
+  std::vector<std::string> first_decoded;  // FirstTokenBytes (Metaspace decoders), else empty.
 
   void EncodePlain(std::string_view text, std::vector<std::string_view>* pieces,
                    std::vector<int32_t>* ids) const;
+  // `at_start`: the segment begins the text.
+  void EncodeSpm(std::string_view text, bool at_start, std::vector<int32_t>* ids) const;
+  std::string DecodeSpm(std::span<const int32_t> ids, bool skip_special) const;
+  // The model and pipeline of a SentencePiece-style spec (after token_to_id is filled).
+  absl::Status BuildSpm(TokenizerSpec& spec);
+  // decoded (and first_decoded) from tokens.
+  void FillDecoded();
   // `text` is valid UTF-8; `no_special` is canonical (CanonicalRanges).
   std::vector<int32_t> EncodeValid(std::string_view text, const AddedTokenMatcher& added,
                                    std::span<const TextRange> no_special) const;
@@ -148,8 +167,10 @@ std::vector<int32_t> Tokenizer::Impl::EncodeValid(std::string_view text,
   for (const Segment& segment : segments) {
     if (segment.id >= 0) {
       ids.push_back(segment.id);
-    } else {
+    } else if (byte_level) {
       EncodePlain(segment.text, &pieces, &ids);
+    } else {
+      EncodeSpm(segment.text, segment.text.data() == text.data(), &ids);
     }
   }
   return ids;
@@ -179,6 +200,76 @@ void Tokenizer::Impl::EncodePlain(std::string_view text, std::vector<std::string
   }
 }
 
+void Tokenizer::Impl::EncodeSpm(std::string_view text, bool at_start,
+                                std::vector<int32_t>* ids) const {
+  const std::string normalized = tok_internal::Normalize(normalizer_steps, text);
+  std::vector<std::string> pieces;
+  spm_pre.Split(normalized, at_start, &pieces);
+  for (const std::string& piece : pieces) {
+    if (spm_score) {
+      spm_score->Encode(piece, ids);
+      continue;
+    }
+    if (ignore_merges) {
+      if (auto it = token_to_id.find(piece); it != token_to_id.end()) {
+        ids->push_back(it->second);
+        continue;
+      }
+    }
+    bpe.Encode(piece, ids);
+  }
+}
+
+std::string Tokenizer::Impl::DecodeSpm(std::span<const int32_t> ids, bool skip_special) const {
+  std::vector<std::string> strings;
+  strings.reserve(ids.size());
+  for (int32_t id : ids) {
+    if (id < 0 || static_cast<size_t>(id) >= tokens.size()) continue;
+    if (skip_special && (flags[id] & kSpecial) != 0) continue;
+    strings.push_back(tokens[id]);
+  }
+  return decoder.Decode(std::move(strings));
+}
+
+absl::Status Tokenizer::Impl::BuildSpm(TokenizerSpec& spec) {
+  Impl* impl = this;
+  impl->byte_level = false;
+  if (!spec.scores.empty()) {
+    DQ_ASSIGN_OR_RETURN(SpmScoreModel model, SpmScoreModel::Build(spec.tokens, spec.scores,
+                                                                  spec.token_types, spec.unk_id));
+    impl->spm_score = std::move(model);
+  } else {
+    DQ_ASSIGN_OR_RETURN(impl->bpe,
+                        BpeModel::BuildCharLevel(impl->token_to_id, spec.merges, spec.unk_id,
+                                                 spec.byte_fallback, spec.fuse_unk));
+  }
+  DQ_ASSIGN_OR_RETURN(impl->spm_pre, SpmPreTokenizer::Build(std::move(spec.pre_tokenizer_steps)));
+  DQ_ASSIGN_OR_RETURN(impl->decoder, SpmDecoder::Build(std::move(spec.decoder_steps)));
+  impl->normalizer_steps = std::move(spec.normalizer_steps);
+  return absl::OkStatus();
+}
+
+void Tokenizer::Impl::FillDecoded() {
+  Impl* impl = this;
+  const size_t n = impl->tokens.size();
+  impl->decoded.reserve(n);
+  if (impl->byte_level) {
+    for (const std::string& token : impl->tokens) {
+      impl->decoded.push_back(tok_internal::ByteLevelDecodeToken(token));
+    }
+    return;
+  }
+  bool first_differs = false;
+  std::vector<std::string> first;
+  first.reserve(n);
+  for (const std::string& token : impl->tokens) {
+    impl->decoded.push_back(impl->decoder.StreamBytes(token, /*first=*/false));
+    first.push_back(impl->decoder.StreamBytes(token, /*first=*/true));
+    first_differs = first_differs || first.back() != impl->decoded.back();
+  }
+  if (first_differs) impl->first_decoded = std::move(first);
+}
+
 absl::StatusOr<Tokenizer> Tokenizer::FromSpec(TokenizerSpec spec) {
   const size_t n = spec.tokens.size();
   if (n == 0) return absl::InvalidArgumentError("tokenizer has no tokens; the vocabulary is empty");
@@ -195,8 +286,12 @@ absl::StatusOr<Tokenizer> Tokenizer::FromSpec(TokenizerSpec spec) {
       impl->token_to_id.emplace(spec.tokens[id], static_cast<int32_t>(id));
     }
   }
-  DQ_ASSIGN_OR_RETURN(impl->bpe, BpeModel::Build(impl->token_to_id, spec.merges, spec.unk_id));
-  DQ_ASSIGN_OR_RETURN(impl->pre, RegexChain::Compile(RegexesFor(spec)));
+  if (spec.byte_level) {
+    DQ_ASSIGN_OR_RETURN(impl->bpe, BpeModel::Build(impl->token_to_id, spec.merges, spec.unk_id));
+    DQ_ASSIGN_OR_RETURN(impl->pre, RegexChain::Compile(RegexesFor(spec)));
+  } else {
+    DQ_RETURN_IF_ERROR(impl->BuildSpm(spec));
+  }
 
   impl->tokens = std::move(spec.tokens);
   impl->flags.assign(n, 0);
@@ -211,10 +306,7 @@ absl::StatusOr<Tokenizer> Tokenizer::FromSpec(TokenizerSpec spec) {
   }
   impl->all_added = AddedTokenMatcher(std::move(all));
   impl->non_special_added = AddedTokenMatcher(std::move(non_special));
-  impl->decoded.reserve(n);
-  for (const std::string& token : impl->tokens) {
-    impl->decoded.push_back(tok_internal::ByteLevelDecodeToken(token));
-  }
+  impl->FillDecoded();
   impl->pre_type = spec.pre_tokenizer;
   impl->normalizer = spec.normalizer;
   impl->ignore_merges = spec.ignore_merges;
@@ -254,6 +346,7 @@ std::vector<int32_t> Tokenizer::EncodeSpecialOutside(std::string_view text,
 }
 
 std::string Tokenizer::Decode(std::span<const int32_t> ids, bool skip_special) const {
+  if (!impl_->byte_level) return impl_->DecodeSpm(ids, skip_special);
   std::string bytes;
   for (int32_t id : ids) {
     if (id < 0 || id >= vocab_size()) continue;
@@ -270,6 +363,15 @@ std::string_view Tokenizer::TokenBytes(int32_t id) const {
   if (id < 0 || id >= vocab_size()) return {};
   return impl_->decoded[id];
 }
+
+std::string_view Tokenizer::FirstTokenBytes(int32_t id) const {
+  if (id < 0 || id >= vocab_size()) return {};
+  return impl_->first_decoded.empty() ? impl_->decoded[id] : impl_->first_decoded[id];
+}
+
+int Tokenizer::strip_start() const { return impl_->decoder.strip_start(); }
+std::string_view Tokenizer::strip_content() const { return impl_->decoder.strip_content(); }
+bool Tokenizer::byte_level() const { return impl_->byte_level; }
 
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->tokens.size()); }
 

@@ -1,5 +1,7 @@
-// Byte-level BPE tokenizer (GPT-2 family: SmolLM2, Qwen2/2.5/3, Llama 3, GPT-2), built from an
-// HF tokenizer.json or from GGUF-style vocabulary data, matching HF `tokenizers` exactly.
+// Byte-level BPE tokenizer (GPT-2 family: SmolLM2, Qwen2/2.5/3, Llama 3, GPT-2) and
+// SentencePiece-style BPE with byte fallback (Gemma, Llama 2, Mistral: "▁" for spaces, <0xNN>
+// byte tokens), built from an HF tokenizer.json or from GGUF-style vocabulary data, matching HF
+// `tokenizers` exactly (GGUF "llama" vocabularies: llama.cpp's score-ordered SPM merging).
 //
 // Encoding: added tokens are split out first (leftmost, then longest match), the text between
 // them is normalized (NFC for Qwen2), split by the pre-tokenizer's regex chain, and every piece
@@ -12,7 +14,14 @@
 //
 // Not modelled: a tokenizer.json post_processor (BOS/EOS templates; ignored), added tokens'
 // `normalized` flag (all are matched on the raw text; identical unless a token's content changes
-// under NFC), single_word added tokens and non-ByteLevel models/decoders (load errors).
+// under NFC), single_word added tokens and models other than BPE (load errors).
+//
+// SentencePiece-style (TokenizerSpec::byte_level false): each text segment between added tokens
+// goes through the normalizer steps, then the pre-tokenizer steps (none: the segment is one
+// piece), then char-level BPE with byte fallback; Decode runs HF's decoder chain on the token
+// strings. Streaming (IncrementalDetokenizer) equals Decode except where a run of <0xNN> tokens
+// is not valid UTF-8 (streamed: U+FFFD per maximal ill-formed part; HF: U+FFFD per byte token,
+// and the run's valid characters are lost too) and for a Strip decoder's `stop` (not applied).
 #pragma once
 
 #include <cstdint>
@@ -66,6 +75,36 @@ struct AddedToken {
   bool rstrip = false;  // Also swallows the whitespace after it.
 };
 
+// SentencePiece-style pipeline steps (TokenizerSpec::byte_level false), as HF tokenizers
+// defines them.
+enum class MetaspacePrepend { kAlways, kFirst, kNever };
+
+struct NormalizerStep {
+  enum class Kind { kNfc, kReplace, kPrepend };
+  Kind kind = Kind::kNfc;
+  std::string pattern;  // kReplace: the literal string replaced (every occurrence).
+  std::string content;  // kReplace: its replacement; kPrepend: the prefix (non-empty text only).
+};
+
+struct PreTokenizerStep {
+  enum class Kind { kMetaspace, kRegex };
+  Kind kind = Kind::kMetaspace;
+  std::string replacement = "\u2581";                    // kMetaspace.
+  MetaspacePrepend prepend = MetaspacePrepend::kAlways;  // kMetaspace.
+  bool split = true;  // kMetaspace: split before every replacement character.
+  std::string regex;  // kRegex: HF Split(Isolated) by this PCRE2 pattern.
+};
+
+struct DecoderStep {
+  enum class Kind { kReplace, kByteFallback, kFuse, kStrip, kMetaspace };
+  Kind kind = Kind::kFuse;
+  std::string pattern;  // kReplace: literal replaced; kMetaspace: the replacement character.
+  std::string content;  // kReplace: its replacement; kStrip: the character stripped.
+  int start = 0;        // kStrip: at most this many `content` characters off the front...
+  int stop = 0;         // ...and off the back (of each token: put Fuse before Strip).
+  MetaspacePrepend prepend = MetaspacePrepend::kAlways;  // kMetaspace.
+};
+
 struct TokenizerSpec {
   // id -> token, byte-level encoded as in GGUF / tokenizer.json ("Ġthe"); "" for an unused id.
   std::vector<std::string> tokens;
@@ -82,6 +121,18 @@ struct TokenizerSpec {
   // Llama 3 style: a piece that is itself a token is emitted whole, without merging.
   bool ignore_merges = false;
   std::optional<int32_t> unk_id;  // For bytes missing from the vocabulary (else dropped).
+  // false: SentencePiece-style (char-level BPE, the *_steps below; pre_tokenizer, normalizer and
+  // pre_tokenizer_regexes unused).
+  bool byte_level = true;
+  bool byte_fallback = false;  // A character not in the vocabulary becomes <0xNN> tokens.
+  bool fuse_unk = false;       // Consecutive unknown characters make one unk token.
+  std::vector<NormalizerStep> normalizer_steps;
+  std::vector<PreTokenizerStep> pre_tokenizer_steps;
+  std::vector<DecoderStep> decoder_steps;
+  // Non-empty (one per token; byte_level false): llama.cpp's SentencePiece merging (GGUF
+  // tokenizer.ggml.model "llama"): adjacent symbols merge while their concatenation is a token,
+  // the highest score first; `merges` is unused. Byte tokens are token_types kByte.
+  std::vector<float> scores;
   std::optional<int32_t> bos_id;
   std::optional<int32_t> eos_id;
 };
@@ -129,6 +180,14 @@ class Tokenizer {
   // The raw bytes `id` contributes to decoded text (possibly part of a UTF-8 sequence); empty
   // for an id out of range.
   std::string_view TokenBytes(int32_t id) const;
+  // The same when `id` is the first token decoded (differs for a Metaspace decoder, which drops
+  // the first token's "▁").
+  std::string_view FirstTokenBytes(int32_t id) const;
+  // A Strip decoder after Fuse removes up to strip_start() leading strip_content() characters
+  // from the decoded text (Llama 2's leading space); 0 when there is none.
+  int strip_start() const;
+  std::string_view strip_content() const;
+  bool byte_level() const;
 
   int32_t vocab_size() const;
   std::optional<int32_t> TokenToId(std::string_view token) const;

@@ -15,7 +15,8 @@ using nlohmann::json;
 absl::Status Unsupported(const std::string& source, std::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(
       source, ": unsupported tokenizer: ", std::string(what),
-      ". dqserve supports byte-level BPE tokenizers (GPT-2, SmolLM2, Qwen2/3, Llama 3 families)"));
+      ". dqserve supports byte-level BPE tokenizers (GPT-2, SmolLM2, Qwen2/3, Llama 3 families) "
+      "and SentencePiece-style BPE (Gemma, Llama 2, Mistral)"));
 }
 
 std::string TypeOf(const json& j) {
@@ -100,11 +101,13 @@ absl::Status CheckDecoder(const json& j, const std::string& source) {
   return Unsupported(source, absl::StrCat("decoder \"", type, "\" (only ByteLevel)"));
 }
 
-absl::Status CheckModelOptions(const json& model, const std::string& source) {
+absl::Status CheckModelOptions(const json& model, const std::string& source, bool byte_level) {
   if (TypeOf(model) != "BPE") {
     return Unsupported(source, absl::StrCat("model.type \"", TypeOf(model), "\" (only BPE)"));
   }
-  if (model.value("byte_fallback", false)) return Unsupported(source, "BPE with byte_fallback");
+  if (byte_level && model.value("byte_fallback", false)) {
+    return Unsupported(source, "byte-level BPE (ByteLevel pre-tokenizer) with byte_fallback");
+  }
   if (model.contains("dropout") && !model["dropout"].is_null() &&
       model["dropout"].get<double>() != 0.0) {
     return Unsupported(source, "BPE with dropout");
@@ -118,7 +121,7 @@ absl::Status CheckModelOptions(const json& model, const std::string& source) {
 }
 
 absl::Status ParseModel(const json& model, const std::string& source, TokenizerSpec* spec) {
-  DQ_RETURN_IF_ERROR(CheckModelOptions(model, source));
+  DQ_RETURN_IF_ERROR(CheckModelOptions(model, source, spec->byte_level));
   if (!model.contains("vocab") || !model["vocab"].is_object() || !model.contains("merges") ||
       !model["merges"].is_array()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -145,6 +148,8 @@ absl::Status ParseModel(const json& model, const std::string& source, TokenizerS
     }
   }
   spec->ignore_merges = model.value("ignore_merges", false);
+  spec->byte_fallback = !spec->byte_level && model.value("byte_fallback", false);
+  spec->fuse_unk = model.value("fuse_unk", false);
   if (model.contains("unk_token") && model["unk_token"].is_string()) {
     const std::string unk = model["unk_token"].get<std::string>();
     for (size_t id = 0; id < spec->tokens.size(); ++id) {
@@ -189,25 +194,160 @@ PreTokenizer IdentifyPreTokenizer(const std::vector<std::string>& regexes) {
   return PreTokenizer::kCustom;
 }
 
+// --- SentencePiece-style pipelines (no ByteLevel step) ---
+
+// A String pattern's literal; Regex patterns are not supported in these steps.
+absl::StatusOr<std::string> LiteralPattern(const json& j, const std::string& source,
+                                           std::string_view where) {
+  const json pattern = j.value("pattern", json());
+  if (pattern.is_object() && pattern.contains("String") && pattern["String"].is_string()) {
+    return pattern["String"].get<std::string>();
+  }
+  const std::string dumped = pattern.dump();
+  std::string what(where);
+  absl::StrAppend(&what, " with pattern ", dumped, " (only {\"String\": ...} patterns)");
+  return Unsupported(source, what);
+}
+
+absl::Status ParseSpmNormalizer(const json& j, const std::string& source, TokenizerSpec* spec) {
+  if (j.is_null()) return absl::OkStatus();
+  const std::string type = TypeOf(j);
+  NormalizerStep step;
+  if (type == "Sequence") {
+    for (const json& child : j.at("normalizers")) {
+      DQ_RETURN_IF_ERROR(ParseSpmNormalizer(child, source, spec));
+    }
+    return absl::OkStatus();
+  } else if (type == "NFC") {
+    step.kind = NormalizerStep::Kind::kNfc;
+  } else if (type == "Replace") {
+    step.kind = NormalizerStep::Kind::kReplace;
+    DQ_ASSIGN_OR_RETURN(step.pattern, LiteralPattern(j, source, "normalizer Replace"));
+    step.content = j.at("content").get<std::string>();
+  } else if (type == "Prepend") {
+    step.kind = NormalizerStep::Kind::kPrepend;
+    step.content = j.at("prepend").get<std::string>();
+  } else {
+    return Unsupported(source, absl::StrCat("normalizer \"", type,
+                                            "\" (SentencePiece-style: NFC, Replace, Prepend)"));
+  }
+  spec->normalizer_steps.push_back(std::move(step));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<MetaspacePrepend> ParsePrependScheme(const json& j, const std::string& source) {
+  if (!j.contains("prepend_scheme")) {  // tokenizers < 0.19: add_prefix_space.
+    return j.value("add_prefix_space", true) ? MetaspacePrepend::kAlways : MetaspacePrepend::kNever;
+  }
+  const std::string scheme = j["prepend_scheme"].get<std::string>();
+  if (scheme == "always") return MetaspacePrepend::kAlways;
+  if (scheme == "first") return MetaspacePrepend::kFirst;
+  if (scheme == "never") return MetaspacePrepend::kNever;
+  return Unsupported(source, absl::StrCat("Metaspace prepend_scheme \"", scheme, "\""));
+}
+
+absl::Status ParseSpmPreTokenizer(const json& j, const std::string& source, TokenizerSpec* spec) {
+  if (j.is_null()) return absl::OkStatus();
+  const std::string type = TypeOf(j);
+  if (type == "Sequence") {
+    for (const json& child : j.at("pretokenizers")) {
+      DQ_RETURN_IF_ERROR(ParseSpmPreTokenizer(child, source, spec));
+    }
+    return absl::OkStatus();
+  }
+  PreTokenizerStep step;
+  if (type == "Metaspace") {
+    step.kind = PreTokenizerStep::Kind::kMetaspace;
+    step.replacement = j.value("replacement", std::string("\u2581"));
+    DQ_ASSIGN_OR_RETURN(step.prepend, ParsePrependScheme(j, source));
+    step.split = j.value("split", true);
+    spec->pre_tokenizer_steps.push_back(std::move(step));
+    return absl::OkStatus();
+  }
+  if (type != "Split" && type != "Digits") {
+    return Unsupported(source, absl::StrCat("pre_tokenizer \"", type,
+                                            "\" (SentencePiece-style: Metaspace, Split, Digits)"));
+  }
+  std::vector<std::string> regexes;
+  bool byte_level = false;
+  DQ_RETURN_IF_ERROR(ParsePreTokenizer(j, source, &regexes, &byte_level));
+  for (std::string& regex : regexes) {
+    step.kind = PreTokenizerStep::Kind::kRegex;
+    step.regex = std::move(regex);
+    spec->pre_tokenizer_steps.push_back(step);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseSpmDecoder(const json& j, const std::string& source, TokenizerSpec* spec) {
+  const std::string type = TypeOf(j);
+  DecoderStep step;
+  if (type == "Sequence") {
+    for (const json& child : j.at("decoders")) {
+      DQ_RETURN_IF_ERROR(ParseSpmDecoder(child, source, spec));
+    }
+    return absl::OkStatus();
+  } else if (type == "Replace") {
+    step.kind = DecoderStep::Kind::kReplace;
+    DQ_ASSIGN_OR_RETURN(step.pattern, LiteralPattern(j, source, "decoder Replace"));
+    step.content = j.at("content").get<std::string>();
+  } else if (type == "ByteFallback") {
+    step.kind = DecoderStep::Kind::kByteFallback;
+  } else if (type == "Fuse") {
+    step.kind = DecoderStep::Kind::kFuse;
+  } else if (type == "Strip") {
+    step.kind = DecoderStep::Kind::kStrip;
+    step.content = j.at("content").get<std::string>();
+    step.start = j.value("start", 0);
+    step.stop = j.value("stop", 0);
+  } else if (type == "ByteLevel") {
+    return Unsupported(
+        source,
+        "decoder ByteLevel but the pre_tokenizer has no ByteLevel step (a byte-level "
+        "BPE needs both)");
+  } else if (type == "Metaspace") {
+    step.kind = DecoderStep::Kind::kMetaspace;
+    step.pattern = j.value("replacement", std::string("\u2581"));
+    DQ_ASSIGN_OR_RETURN(step.prepend, ParsePrependScheme(j, source));
+  } else {
+    return Unsupported(source,
+                       absl::StrCat("decoder \"", type,
+                                    "\" (SentencePiece-style: Replace, ByteFallback, Fuse, Strip, "
+                                    "Metaspace, Sequence)"));
+  }
+  spec->decoder_steps.push_back(std::move(step));
+  return absl::OkStatus();
+}
+
+// True when pre-tokenizer `j` has a ByteLevel step (a byte-level BPE tokenizer).
+bool HasByteLevel(const json& j) {
+  if (TypeOf(j) == "ByteLevel") return true;
+  if (TypeOf(j) != "Sequence" || !j.contains("pretokenizers")) return false;
+  return std::any_of(j["pretokenizers"].begin(), j["pretokenizers"].end(), HasByteLevel);
+}
+
 absl::StatusOr<TokenizerSpec> ParseSpec(const json& root, const std::string& source) {
   TokenizerSpec spec;
   if (!root.is_object() || !root.contains("model")) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": not an HF tokenizer.json (no \"model\" object)"));
   }
-  DQ_RETURN_IF_ERROR(ParseModel(root["model"], source, &spec));
-  DQ_RETURN_IF_ERROR(ParseNormalizer(root.value("normalizer", json()), source, &spec));
-  bool byte_level = false;
   const json pre = root.value("pre_tokenizer", json());
-  if (!pre.is_null()) {
+  spec.byte_level = HasByteLevel(pre);
+  DQ_RETURN_IF_ERROR(ParseModel(root["model"], source, &spec));
+  if (spec.byte_level) {
+    DQ_RETURN_IF_ERROR(ParseNormalizer(root.value("normalizer", json()), source, &spec));
+    bool byte_level = false;
     DQ_RETURN_IF_ERROR(ParsePreTokenizer(pre, source, &spec.pre_tokenizer_regexes, &byte_level));
+    DQ_RETURN_IF_ERROR(CheckDecoder(root.value("decoder", json()), source));
+    spec.pre_tokenizer = IdentifyPreTokenizer(spec.pre_tokenizer_regexes);
+  } else {
+    DQ_RETURN_IF_ERROR(ParseSpmNormalizer(root.value("normalizer", json()), source, &spec));
+    DQ_RETURN_IF_ERROR(ParseSpmPreTokenizer(pre, source, &spec));
+    DQ_RETURN_IF_ERROR(ParseSpmDecoder(root.value("decoder", json()), source, &spec));
+    spec.pre_tokenizer = PreTokenizer::kCustom;
   }
-  if (!byte_level) {
-    return Unsupported(source, "pre_tokenizer has no ByteLevel step (not a byte-level BPE)");
-  }
-  DQ_RETURN_IF_ERROR(CheckDecoder(root.value("decoder", json()), source));
   DQ_RETURN_IF_ERROR(ParseAddedTokens(root.value("added_tokens", json::array()), source, &spec));
-  spec.pre_tokenizer = IdentifyPreTokenizer(spec.pre_tokenizer_regexes);
   return spec;
 }
 
