@@ -70,8 +70,16 @@ absl::StatusOr<Value> GetItem(const Value& obj, const Value& key) {
 }
 
 absl::StatusOr<Value> Slice(const Value& obj, const Value& start, const Value& stop,
-                            const Value& step_v) {
-  if (obj.is_undefined()) return UndefinedError(obj);
+                            const Value& step_v, bool folded) {
+  if (!obj.is_list() && !obj.is_string()) {
+    // jinja2 compiles a slice to Python's own obj[a:b] (not environment.getitem), so slicing
+    // a non-sequence raises; except in a {{ }} of constants, which jinja2 evaluates at compile
+    // time through getitem, where the failure becomes undefined.
+    if (obj.is_undefined()) return UndefinedError(obj);
+    if (folded) return Value::Undefined("unsliceable value");
+    if (obj.is_dict()) return TypeError("unhashable type: 'slice'");
+    return TypeError(absl::StrCat("'", obj.TypeName(), "' object is not subscriptable"));
+  }
   auto as_opt = [](const Value& v) -> absl::StatusOr<std::optional<int64_t>> {
     if (v.is_undefined() || v.is_none()) return std::nullopt;
     if (v.is_int() || v.is_bool()) return v.as_int();
@@ -83,7 +91,6 @@ absl::StatusOr<Value> Slice(const Value& obj, const Value& start, const Value& s
   if (!s.ok()) return s.status();
   const int64_t step = s->value_or(1);
   if (step == 0) return absl::InvalidArgumentError("slice step cannot be zero");
-  if (!obj.is_list() && !obj.is_string()) return Value::Undefined("unsliceable value");
   std::vector<size_t> offs;
   const int64_t n = obj.is_list()
                         ? static_cast<int64_t>(obj.list().size())
@@ -217,7 +224,10 @@ absl::StatusOr<bool> Contains(const Value& c, const Value& item) {
     }
     return false;
   }
-  if (c.is_dict()) return c.dict().Find(item) != nullptr;
+  if (c.is_dict()) {
+    if (!Hashable(item)) return UnhashableError(item);
+    return c.dict().Find(item) != nullptr;
+  }
   if (c.is_undefined()) return false;
   return TypeError(absl::StrCat("argument of type '", c.TypeName(), "' is not iterable"));
 }

@@ -16,7 +16,28 @@ absl::StatusOr<Value> Interpreter::Eval(const Expr& e, const ScopePtr& scope) {
   return absl::Status(r.status().code(), absl::StrCat("template:", e.line, ":", e.col, ": ", msg));
 }
 
+std::optional<Value> Interpreter::ConstEval(const Expr& e) {
+  const_mode_ = true;
+  absl::StatusOr<Value> v = Eval(e, std::make_shared<Scope>(nullptr));
+  const_mode_ = false;
+  if (!v.ok()) return std::nullopt;
+  return *std::move(v);
+}
+
+namespace {
+
+absl::Status Impossible() { return absl::FailedPreconditionError("not a constant"); }
+
+// Filters that take jinja2's context, which as_const cannot supply.
+bool IsContextFilter(std::string_view name) {
+  return name == "map" || name == "select" || name == "reject" || name == "selectattr" ||
+         name == "rejectattr";
+}
+
+}  // namespace
+
 absl::StatusOr<Value> Interpreter::EvalName(const Expr& e, const ScopePtr& scope) {
+  if (const_mode_) return Impossible();
   if (const Value* v = scope->Lookup(e.name)) return *v;
   if (context_.is_dict()) {
     if (const Value* v = context_.dict().Find(e.name)) return *v;
@@ -50,6 +71,7 @@ absl::StatusOr<Value> Interpreter::Call(const Value& fn, CallArgs args) {
 }
 
 absl::StatusOr<Value> Interpreter::EvalCall(const Expr& e, const ScopePtr& scope) {
+  if (const_mode_) return Impossible();
   absl::StatusOr<Value> fn = Eval(*e.args[0], scope);
   if (!fn.ok()) return fn.status();
   absl::StatusOr<CallArgs> args = EvalArgs(e, 1, scope);
@@ -59,6 +81,7 @@ absl::StatusOr<Value> Interpreter::EvalCall(const Expr& e, const ScopePtr& scope
 
 absl::StatusOr<Value> Interpreter::EvalFilter(const Expr& e, const ScopePtr& scope,
                                               const Value* subject) {
+  if (const_mode_ && (IsContextFilter(e.name) || !e.args[0])) return Impossible();
   absl::StatusOr<Value> in;
   if (!e.args[0]) {
     in = *subject;
@@ -130,6 +153,7 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& e, const ScopePtr& scop
         absl::StatusOr<Value> k = arg(i), v = arg(i + 1);
         if (!k.ok()) return k.status();
         if (!v.ok()) return v.status();
+        if (!Hashable(*k)) return UnhashableError(*k);
         bool replaced = false;
         for (auto& [ek, ev] : kv) {
           if (Equal(ek, *k)) ev = *v, replaced = true;
@@ -159,7 +183,7 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& e, const ScopePtr& scop
         if (!p.ok()) return p.status();
         parts[k] = *std::move(p);
       }
-      return Slice(*obj, parts[0], parts[1], parts[2]);
+      return Slice(*obj, parts[0], parts[1], parts[2], const_mode_);
     }
     case Expr::Kind::kCall:
       return EvalCall(e, scope);
@@ -220,7 +244,10 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& e, const ScopePtr& scop
       absl::StatusOr<Value> c = arg(0);
       if (!c.ok()) return c.status();
       if (c->Truthy()) return arg(1);
-      if (!e.args[2]) return Value::Undefined("the inline if-expression evaluated to false");
+      if (!e.args[2]) {
+        if (const_mode_) return Impossible();  // jinja2 leaves that undefined to runtime
+        return Value::Undefined("the inline if-expression evaluated to false");
+      }
       return arg(2);
     }
   }

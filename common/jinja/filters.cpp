@@ -200,6 +200,7 @@ absl::StatusOr<Value> RunFilter(Interpreter& in, std::string_view name, const Va
     return Value::String(*std::move(s));
   }
   if (name == "int" || name == "float") {
+    if (v.is_undefined()) return UndefinedError(v);  // Undefined.__int__ raises
     auto a = BindArgs(name, args, {"default", "base"});
     if (!a.ok()) return a.status();
     if (name == "int") return IntFilter(v, Arg(*a, 0, Value::Int(0)));

@@ -210,6 +210,7 @@ absl::StatusOr<Value> Unique(const std::vector<Value>& items, CallArgs& args) {
   for (const Value& item : items) {
     absl::StatusOr<Value> k = key(item);
     if (!k.ok()) return k.status();
+    if (!Hashable(*k)) return UnhashableError(*k);  // jinja2 keeps the keys in a set
     bool dup = false;
     for (const Value& s : seen) dup |= Equal(s, *k);
     if (dup) continue;

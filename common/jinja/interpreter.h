@@ -55,6 +55,9 @@ class Interpreter {
   absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& subject, CallArgs args);
   absl::StatusOr<bool> ApplyTest(std::string_view name, const Value& subject, CallArgs args);
   absl::Status Step();
+  // jinja2's compile-time evaluation (Node.as_const): the value of `e` if it uses no variables,
+  // calls or context filters and evaluates without error; slices then go through getitem.
+  std::optional<Value> ConstEval(const Expr& e);
   const RenderOptions& options() const { return opts_; }
 
  private:
@@ -88,6 +91,7 @@ class Interpreter {
   size_t out_bytes_ = 0;
   uint64_t steps_ = 0;
   int depth_ = 0;
+  bool const_mode_ = false;  // inside ConstEval
 };
 
 // Binds `args` to the parameter `names` like a Python signature; a parameter not given is
@@ -98,8 +102,9 @@ absl::StatusOr<std::vector<std::optional<Value>>> BindArgs(
 // Value operations shared by expressions and filters (eval.cpp).
 absl::StatusOr<Value> GetAttr(const Value& obj, const std::string& name);
 absl::StatusOr<Value> GetItem(const Value& obj, const Value& key);
+// `folded`: jinja2's compile-time evaluation of a constant {{ }} (see Slice in eval.cpp).
 absl::StatusOr<Value> Slice(const Value& obj, const Value& start, const Value& stop,
-                            const Value& step);
+                            const Value& step, bool folded = false);
 absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value& b);
 absl::StatusOr<bool> Contains(const Value& container, const Value& item);
 // Python iteration: list items, dict keys, string characters; undefined is empty.

@@ -137,36 +137,64 @@ std::vector<Str> SplitLines(const Str& s, bool keepends) {
   return out;
 }
 
-Str CaseMap(const Str& s, std::string_view mode) {
-  // Every mapping here keeps the UTF-8 length, so the text is rewritten in place and the user
-  // ranges stay valid; a code point whose mapping would change length is left alone.
-  Str out = s;
-  std::string& t = out.text;
-  bool prev_cased = false;
-  for (size_t i = 0, k = 0; i < t.size(); ++k) {
-    size_t next = i;
-    const char32_t c = DecodeUtf8(t, &next);
-    char32_t r = c;
-    if (mode == "upper") {
-      r = ToUpperCp(c);
-    } else if (mode == "lower") {
-      r = ToLowerCp(c);
-    } else if (mode == "swapcase") {
-      r = ToUpperCp(c) != c ? ToUpperCp(c) : ToLowerCp(c);
-    } else if (mode == "capitalize") {
-      r = k == 0 ? ToUpperCp(c) : ToLowerCp(c);
-    } else if (mode == "title") {
-      r = prev_cased ? ToLowerCp(c) : ToUpperCp(c);
-      prev_cased = IsCasedCp(c);
-    }
-    if (r != c) {
-      std::string enc;
-      AppendUtf8(&enc, r);
-      if (enc.size() == next - i) t.replace(i, enc.size(), enc);
-    }
-    i = next;
+namespace {
+
+// What one code point becomes under `mode`; `prev_cased`/`next_cased` are its neighbours'
+// casedness (for title case and the Greek final sigma).
+std::string MapCodePoint(char32_t c, std::string_view mode, size_t index, bool prev_cased,
+                         bool next_cased) {
+  bool upper;
+  if (mode == "upper") {
+    upper = true;
+  } else if (mode == "lower") {
+    upper = false;
+  } else if (mode == "swapcase") {
+    upper = ToUpperCp(c) == c;
+  } else if (mode == "capitalize") {
+    upper = index == 0;
+  } else {  // title
+    upper = !prev_cased;
+  }
+  const bool title = upper && (mode == "capitalize" || mode == "title");
+  std::string out;
+  if (c == 0xDF && upper) {
+    out = title ? "Ss" : "SS";  // Python's full mapping of the sharp s
+  } else if (c == 0x3A3 && !upper && prev_cased && !next_cased) {
+    AppendUtf8(&out, 0x3C2);  // final sigma
+  } else {
+    AppendUtf8(&out, upper ? (title ? ToTitleCp(c) : ToUpperCp(c)) : ToLowerCp(c));
   }
   return out;
+}
+
+}  // namespace
+
+Str CaseMap(const Str& s, std::string_view mode) {
+  const std::string& t = s.text;
+  const std::vector<size_t> offs = CodePointOffsets(t);
+  std::vector<char32_t> cps;
+  for (size_t k = 0; k + 1 < offs.size(); ++k) {
+    size_t i = offs[k];
+    cps.push_back(DecodeUtf8(t, &i));
+  }
+  StrBuilder out;
+  bool prev_cased = false;
+  size_t range = 0;  // the first user range that may contain the current byte
+  for (size_t k = 0; k < cps.size(); ++k) {
+    const bool next_cased = k + 1 < cps.size() && IsCasedCp(cps[k + 1]);
+    const std::string mapped = MapCodePoint(cps[k], mode, k, prev_cased, next_cased);
+    const std::string_view orig = std::string_view(t).substr(offs[k], offs[k + 1] - offs[k]);
+    if (mapped == orig) {
+      out.AppendSlice(s, offs[k], offs[k + 1]);
+    } else {
+      // A mapped code point is user content when the one it replaces was.
+      while (range < s.user.size() && s.user[range].end <= offs[k]) ++range;
+      const bool user = range < s.user.size() && s.user[range].begin <= offs[k];
+      out.AppendMarked(mapped, user);
+    }
+    prev_cased = IsCasedCp(cps[k]);
+  }
+  return out.Take();
 }
 
 Str JinjaTitle(const Str& s) {
@@ -182,7 +210,7 @@ Str JinjaTitle(const Str& s) {
       i = next;
       continue;
     }
-    const char32_t r = word_start ? ToUpperCp(c) : ToLowerCp(c);
+    const char32_t r = word_start ? ToTitleCp(c) : ToLowerCp(c);
     word_start = false;
     if (r != c) {
       std::string enc;

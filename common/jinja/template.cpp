@@ -1,5 +1,6 @@
 #include "common/jinja/template.h"
 
+#include "common/jinja/optimizer.h"
 #include "common/jinja/parser.h"
 
 namespace dq::jinja {
@@ -7,6 +8,7 @@ namespace dq::jinja {
 absl::StatusOr<JinjaTemplate> JinjaTemplate::Parse(std::string_view source) {
   absl::StatusOr<StmtList> body = ParseTemplate(source, LexOptions{});
   if (!body.ok()) return body.status();
+  FoldConstants(&*body);
   return JinjaTemplate(std::make_shared<const StmtList>(*std::move(body)));
 }
 

@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/jinja/interpreter.h"
+#include "common/jinja/unicode.h"
 
 namespace dq::jinja {
 namespace {
@@ -18,7 +19,7 @@ absl::StatusOr<Value> OneArg(std::string_view name, const CallArgs& args) {
 absl::StatusOr<bool> Parity(std::string_view name, const Value& v) {
   absl::StatusOr<Value> m = BinaryOp("%", v, Value::Int(2));
   if (!m.ok()) return m.status();
-  return (m->as_float() == 1) == (name == "odd");
+  return m->as_float() == (name == "odd" ? 1 : 0);
 }
 
 absl::StatusOr<bool> CompareTest(std::string_view op, const Value& v, const Value& other) {
@@ -60,14 +61,17 @@ absl::StatusOr<bool> RunTest(Interpreter&, std::string_view name, const Value& v
   if (name == "mapping") return v.is_dict();
   if (name == "iterable") return v.is_undefined() || v.is_list() || v.is_dict() || v.is_string();
   if (name == "sequence") return v.is_undefined() || v.is_list() || v.is_dict() || v.is_string();
-  if (name == "callable") return v.is_function();
+  // Undefined defines __call__ (it raises), so Python's callable() says yes.
+  if (name == "callable") return v.is_function() || v.is_undefined();
   if (name == "escaped") return false;
-  if (name == "lower" || name == "upper") {
-    if (!v.is_string()) return false;
+  if (name == "lower" || name == "upper") {  // str(value).islower() / isupper()
+    const std::string s = ToStr(v).text;
     bool cased = false;
-    for (unsigned char c : v.str()) {
-      if (name == "lower" ? std::isupper(c) : std::islower(c)) return false;
-      cased |= std::isalpha(c) != 0;
+    for (size_t i = 0; i < s.size();) {
+      const char32_t c = DecodeUtf8(s, &i);
+      const bool is_upper = ToLowerCp(c) != c, is_lower = ToUpperCp(c) != c;
+      if (name == "lower" ? is_upper : is_lower) return false;
+      cased |= is_upper || is_lower;
     }
     return cased;
   }

@@ -115,6 +115,18 @@ char32_t ToUpperCp(char32_t c) {
     if (c >= r.lo && c <= r.hi && ((c & 1) != 0) != r.odd_upper) return c - 1;
   }
   switch (c) {
+    case 0x1C5:
+    case 0x1C6:
+      return 0x1C4;
+    case 0x1C8:
+    case 0x1C9:
+      return 0x1C7;
+    case 0x1CB:
+    case 0x1CC:
+      return 0x1CA;
+    case 0x1F2:
+    case 0x1F3:
+      return 0x1F1;
     case 0xFF:
       return 0x178;
     case 0xB5:
@@ -138,6 +150,18 @@ char32_t ToLowerCp(char32_t c) {
     if (c >= r.lo && c <= r.hi && ((c & 1) != 0) == r.odd_upper) return c + 1;
   }
   switch (c) {
+    case 0x1C4:
+    case 0x1C5:
+      return 0x1C6;
+    case 0x1C7:
+    case 0x1C8:
+      return 0x1C9;
+    case 0x1CA:
+    case 0x1CB:
+      return 0x1CC;
+    case 0x1F1:
+    case 0x1F2:
+      return 0x1F3;
     case 0x178:
       return 0xFF;
     case 0x386:
@@ -146,6 +170,29 @@ char32_t ToLowerCp(char32_t c) {
       return 0x3CC;
     default:
       return c;
+  }
+}
+
+char32_t ToTitleCp(char32_t c) {
+  switch (c) {  // the Latin digraphs have a separate title case
+    case 0x1C4:
+    case 0x1C5:
+    case 0x1C6:
+      return 0x1C5;
+    case 0x1C7:
+    case 0x1C8:
+    case 0x1C9:
+      return 0x1C8;
+    case 0x1CA:
+    case 0x1CB:
+    case 0x1CC:
+      return 0x1CB;
+    case 0x1F1:
+    case 0x1F2:
+    case 0x1F3:
+      return 0x1F2;
+    default:
+      return ToUpperCp(c);
   }
 }
 

@@ -28,6 +28,7 @@ bool IsPyLineBreak(char32_t cp);
 // also maps a few letters to several (German sharp s upper-cases to "SS"); those stay as they are.
 char32_t ToUpperCp(char32_t c);
 char32_t ToLowerCp(char32_t c);
+char32_t ToTitleCp(char32_t c);
 // Whether a code point is a cased letter as far as ToUpperCp/ToLowerCp know.
 bool IsCasedCp(char32_t c);
 

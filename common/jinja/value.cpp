@@ -204,6 +204,20 @@ const Value* Value::Get(std::string_view key) const {
   return is_mapping() ? dict_->Find(key) : nullptr;
 }
 
+bool Hashable(const Value& v) {
+  if (v.is_dict()) return false;
+  if (!v.is_list()) return true;
+  if (!v.is_tuple()) return false;
+  for (const Value& x : v.list()) {
+    if (!Hashable(x)) return false;
+  }
+  return true;
+}
+
+absl::Status UnhashableError(const Value& v) {
+  return absl::InvalidArgumentError(absl::StrCat("unhashable type: '", v.TypeName(), "'"));
+}
+
 bool Equal(const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.as_float() == b.as_float();

@@ -154,6 +154,10 @@ class Value {
   std::shared_ptr<const Function> func_;
 };
 
+// Python's hash() would accept it: not a list or dict, nor a tuple holding one.
+bool Hashable(const Value& v);
+absl::Status UnhashableError(const Value& v);
+
 // Python ==.
 bool Equal(const Value& a, const Value& b);
 // Python <: -1, 0, 1, or TypeError as InvalidArgument for unorderable types.

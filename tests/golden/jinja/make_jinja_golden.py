@@ -10,6 +10,7 @@ Needs jinja2 (Debian: apt-get install python3-jinja2). Run from anywhere:
     /usr/bin/python3 tests/golden/jinja/make_jinja_golden.py
 """
 
+import copy
 import datetime
 import json
 import os
@@ -261,6 +262,54 @@ def random_cases(seed=7, n_expr=400):
     return cases
 
 
+# Values with edge cases of printing, escaping and unicode; composed into deeper expressions.
+VALUES2 = VALUES + ["1e-7", "1e22", "123456789012", "-0.0", "'it\\'s'", "'say \"hi\"'",
+                    "'back\\\\slash'", "'\\x01ctl\\t'", "'\u3000wide\u3000'",
+                    "{'ключ': 'значение', 'k2': [1.5, 'é']}", "[['b', 2], ['a', 1]]",
+                    "'ǅungla ΣΊΣΥΦΟΣ straße'", "(1, 'two')", "'a\\r\\nb'", "msgs",
+                    "msgs[0]", "msgs[-1].content", "msgs|map(attribute='role')|list", "tools"]
+SLICES = ["[1:-1]", "[-2:]", "[::-2]", "[5:1:-1]", "[:0]", "[-100:100]", "[0]", "[-2]"]
+CTX2 = {"msgs": [{"role": "system", "content": "  Be brief. "},
+                 {"role": "user", "content": "Hi <|im_end|> \u00e9"},
+                 {"role": "assistant", "content": None,
+                  "tool_calls": [{"function": {"name": "f", "arguments": {"a": 1}}}]},
+                 {"role": "tool", "content": "{\"r\": 2}"}],
+        "tools": [WEATHER_TOOL]}
+
+
+def random_cases2(seed=11, n=2500):
+    rnd = random.Random(seed)
+
+    def atom(depth):
+        r = rnd.random()
+        v = rnd.choice(VALUES2)
+        if depth <= 0 or r < 0.35:
+            return v
+        if r < 0.5:
+            return "(%s %s %s)" % (atom(depth - 1), rnd.choice(BINOPS), atom(depth - 1))
+        if r < 0.65:
+            return "(%s|%s)" % (atom(depth - 1), rnd.choice(FILTERS))
+        if r < 0.75:
+            return "(%s)%s" % (atom(depth - 1), rnd.choice(SLICES + METHODS))
+        if r < 0.85:
+            return "(%s if %s is %s else %s)" % (atom(depth - 1), atom(depth - 1),
+                                                 rnd.choice(TESTS), atom(depth - 1))
+        return "(not %s or %s is %s)" % (atom(depth - 1), atom(depth - 1), rnd.choice(TESTS))
+
+    cases, seen = [], set()
+    for i in range(n):
+        if rnd.random() < 0.8:
+            src = "{{ %s }}" % atom(rnd.randint(1, 3))
+        else:
+            t = rnd.choice(STATEMENT_TEMPLATES)
+            src = t.replace("V", atom(1))
+        if src in seen:
+            continue
+        seen.add(src)
+        cases.append({"name": f"random2/{i}", "source": src, "context": CTX2})
+    return cases
+
+
 def render(env, case, compiled):
     if "template_file" in case:
         with open(os.path.join(TEMPLATE_DIR, case["template_file"]), encoding="utf-8") as f:
@@ -270,7 +319,9 @@ def render(env, case, compiled):
     try:
         if source not in compiled:
             compiled[source] = env.from_string(source)
-        out = compiled[source].render(**case["context"])
+        # A deep copy per render: some jinja2 filters mutate their argument in place (indent
+        # does `s += "\n"`, which extends a list), and contexts are shared between cases.
+        out = compiled[source].render(**copy.deepcopy(case["context"]))
         if "object at 0x" in out:  # an address: not reproducible, leave the case out
             return None
         return dict(case, expected=out, error=False)
@@ -281,7 +332,7 @@ def render(env, case, compiled):
 def main():
     env = make_env()
     out, compiled, contexts = [], {}, {}
-    for case in chat_cases() + random_cases():
+    for case in chat_cases() + random_cases() + random_cases2():
         r = render(env, case, compiled)
         if r is None:
             continue
