@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/jinja/interpreter.h"
 #include "common/jinja/printf.h"
+#include "common/jinja/strings.h"
 #include "common/jinja/unicode.h"
 
 namespace dq::jinja {
@@ -156,6 +157,7 @@ absl::StatusOr<Value> FloatOp(std::string_view op, double x, double y) {
   if (op == "/") return Value::Float(x / y);
   double m = std::fmod(x, y);
   if (m != 0 && ((m < 0) != (y < 0))) m += y;
+  if (m == 0) m = std::copysign(0.0, y);  // Python's zero remainder takes the divisor's sign
   if (op == "%") return Value::Float(m);
   return Value::Float(std::floor(x / y));  // //
 }
@@ -184,10 +186,12 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
     return IntOp(op, a.as_int(), b.as_int());
   }
   if (op == "+" && a.is_string() && b.is_string()) {
+    // Markup + str escapes the plain side and stays Markup, as markupsafe does.
+    const bool markup = a.is_markup() || b.is_markup();
     StrBuilder s;
-    s.Append(a.str_data());
-    s.Append(b.str_data());
-    return Value::String(s.Take());
+    s.Append(markup && !a.is_markup() ? HtmlEscape(a.str_data()) : a.str_data());
+    s.Append(markup && !b.is_markup() ? HtmlEscape(b.str_data()) : b.str_data());
+    return markup ? Value::Markup(s.Take()) : Value::String(s.Take());
   }
   if (op == "+" && a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
     std::vector<Value> out = a.list();

@@ -18,12 +18,20 @@ Value Arg(const std::vector<std::optional<Value>>& a, size_t i, Value def) {
   return a[i] ? *a[i] : std::move(def);
 }
 
+// Python's ints are unbounded; ours are 64-bit, so a larger float is an error, not a wrap.
+absl::StatusOr<Value> FloatToInt(double d) {
+  if (!(d > -9.2233720368547758e18 && d < 9.2233720368547758e18)) {
+    return absl::OutOfRangeError("integer out of the 64-bit range");
+  }
+  return Value::Int(static_cast<int64_t>(d));
+}
+
 absl::StatusOr<Value> IntFilter(const Value& v, const Value& def) {
   if (v.is_int()) return v;
   if (v.is_bool()) return Value::Int(v.as_int());
   if (v.is_float()) {
     if (!std::isfinite(v.as_float())) return def;
-    return Value::Int(static_cast<int64_t>(v.as_float()));
+    return FloatToInt(v.as_float());
   }
   if (v.is_string()) {
     std::string s(absl::StripAsciiWhitespace(v.str()));
@@ -31,7 +39,7 @@ absl::StatusOr<Value> IntFilter(const Value& v, const Value& def) {
     int64_t i;
     if (absl::SimpleAtoi(s, &i)) return Value::Int(i);
     double d;
-    if (absl::SimpleAtod(s, &d) && std::isfinite(d)) return Value::Int(static_cast<int64_t>(d));
+    if (absl::SimpleAtod(s, &d) && std::isfinite(d)) return FloatToInt(d);
   }
   return def;
 }
@@ -90,38 +98,6 @@ Str IndentFilter(const Str& s, const std::vector<std::optional<Value>>& a) {
   return out.Take();
 }
 
-Str Escape(const Str& s) {
-  StrBuilder out;
-  size_t start = 0;
-  for (size_t i = 0; i < s.text.size(); ++i) {
-    const char* rep = nullptr;
-    switch (s.text[i]) {
-      case '&':
-        rep = "&amp;";
-        break;
-      case '<':
-        rep = "&lt;";
-        break;
-      case '>':
-        rep = "&gt;";
-        break;
-      case '"':
-        rep = "&#34;";
-        break;
-      case '\'':
-        rep = "&#39;";
-        break;
-      default:
-        continue;
-    }
-    out.AppendSlice(s, start, i);
-    out.Append(rep);
-    start = i + 1;
-  }
-  out.AppendSlice(s, start, s.text.size());
-  return out.Take();
-}
-
 int64_t WordCount(std::string_view s) {
   int64_t n = 0;
   bool in_word = false;
@@ -142,9 +118,10 @@ std::optional<absl::StatusOr<Value>> StringFilter(std::string_view name, const V
   }
   if (name == "title") return Value::String(JinjaTitle(ToStr(v)));
   if (name == "string") return v.is_string() ? v : Value::String(ToStr(v));
-  if (name == "safe") return v.is_string() ? v : Value::String(ToStr(v));
+  if (name == "safe") return Value::Markup(ToStr(v));
   if (name == "e" || name == "escape" || name == "forceescape") {
-    return Value::String(Escape(ToStr(v)));
+    if (v.is_markup() && name != "forceescape") return v;  // already escaped
+    return Value::Markup(HtmlEscape(ToStr(v)));
   }
   if (name == "wordcount") return Value::Int(WordCount(ToStr(v).text));
   if (name == "trim") {

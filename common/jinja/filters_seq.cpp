@@ -265,7 +265,6 @@ std::optional<absl::StatusOr<Value>> SeqFilter(Interpreter& in, std::string_view
   if (name == "reverse" && v.is_string()) {
     return Slice(v, Value::None(), Value::None(), Value::Int(-1));
   }
-  if (name == "last" && v.is_undefined()) return UndefinedError(v);
   // jinja2's map/select/reject(attr) start with `if value:`, so a falsy value yields nothing.
   if (!v.Truthy() && (name == "map" || name == "select" || name == "reject" ||
                       name == "selectattr" || name == "rejectattr")) {

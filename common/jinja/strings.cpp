@@ -222,6 +222,38 @@ Str JinjaTitle(const Str& s) {
   return out;
 }
 
+Str HtmlEscape(const Str& s) {
+  StrBuilder out;
+  size_t start = 0;
+  for (size_t i = 0; i < s.text.size(); ++i) {
+    const char* rep = nullptr;
+    switch (s.text[i]) {
+      case '&':
+        rep = "&amp;";
+        break;
+      case '<':
+        rep = "&lt;";
+        break;
+      case '>':
+        rep = "&gt;";
+        break;
+      case '"':
+        rep = "&#34;";
+        break;
+      case '\'':
+        rep = "&#39;";
+        break;
+      default:
+        continue;
+    }
+    out.AppendSlice(s, start, i);
+    out.Append(rep);
+    start = i + 1;
+  }
+  out.AppendSlice(s, start, s.text.size());
+  return out.Take();
+}
+
 bool CharClassTest(std::string_view s, std::string_view mode) {
   if (s.empty()) return false;
   bool any_cased = false;

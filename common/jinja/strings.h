@@ -24,6 +24,8 @@ std::vector<Str> SplitLines(const Str& s, bool keepends);
 Str CaseMap(const Str& s, std::string_view mode);
 // jinja2's title filter: capitalises each word, words split at whitespace and -([{<.
 Str JinjaTitle(const Str& s);
+// markupsafe's escape: & < > " ' as HTML entities.
+Str HtmlEscape(const Str& s);
 // str.isdigit/isalpha/isalnum/isspace/isupper/islower (ASCII letters and digits).
 bool CharClassTest(std::string_view s, std::string_view mode);
 

@@ -113,6 +113,11 @@ Value Value::String(Str s) {
   v.str_ = std::make_shared<const Str>(std::move(s));
   return v;
 }
+Value Value::Markup(Str s) {
+  Value v = String(std::move(s));
+  v.b_ = true;
+  return v;
+}
 Value Value::List(std::vector<Value> items) {
   Value v;
   v.kind_ = Kind::kList;

@@ -94,6 +94,8 @@ class Value {
   static Value String(std::string s);      // template-written text
   static Value UserString(std::string s);  // the whole string is user content
   static Value String(Str s);
+  // markupsafe.Markup: a string that escape leaves alone (what |safe and |e return).
+  static Value Markup(Str s);
   static Value List(std::vector<Value> items);
   // A Python tuple: a list that prints as (a, b) and never equals a list.
   static Value Tuple(std::vector<Value> items);
@@ -111,6 +113,7 @@ class Value {
   // Python's numbers include bool.
   bool is_number() const { return is_bool() || is_int() || is_float(); }
   bool is_string() const { return kind_ == Kind::kString; }
+  bool is_markup() const { return kind_ == Kind::kString && b_; }
   bool is_list() const { return kind_ == Kind::kList; }
   bool is_tuple() const { return kind_ == Kind::kList && b_; }
   bool is_dict() const { return kind_ == Kind::kDict; }
