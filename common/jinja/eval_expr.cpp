@@ -133,13 +133,10 @@ absl::StatusOr<Value> Interpreter::EvalCompare(const Expr& e, const ScopePtr& sc
   return Value::Bool(true);
 }
 
-absl::StatusOr<Value> Interpreter::EvalInner(const Expr& e, const ScopePtr& scope) {
+// List, tuple and dict displays.
+absl::StatusOr<Value> Interpreter::EvalCollection(const Expr& e, const ScopePtr& scope) {
   auto arg = [&](size_t i) { return Eval(*e.args[i], scope); };
   switch (e.kind) {
-    case Expr::Kind::kLiteral:
-      return e.literal;
-    case Expr::Kind::kName:
-      return EvalName(e, scope);
     case Expr::Kind::kList:
     case Expr::Kind::kTuple: {
       absl::StatusOr<CallArgs> items = EvalArgs(e, 0, scope);
@@ -162,6 +159,15 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& e, const ScopePtr& scop
       }
       return Value::Dict(std::move(kv));
     }
+    default:
+      return absl::InternalError("unexpected expression");
+  }
+}
+
+// x.attr, x[key] and x[a:b:c].
+absl::StatusOr<Value> Interpreter::EvalAccess(const Expr& e, const ScopePtr& scope) {
+  auto arg = [&](size_t i) { return Eval(*e.args[i], scope); };
+  switch (e.kind) {
     case Expr::Kind::kAttr: {
       absl::StatusOr<Value> obj = arg(0);
       if (!obj.ok()) return obj.status();
@@ -185,10 +191,15 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& e, const ScopePtr& scop
       }
       return Slice(*obj, parts[0], parts[1], parts[2], const_mode_);
     }
-    case Expr::Kind::kCall:
-      return EvalCall(e, scope);
-    case Expr::Kind::kFilter:
-      return EvalFilter(e, scope, nullptr);
+    default:
+      return absl::InternalError("unexpected expression");
+  }
+}
+
+// Tests, unary minus/plus and ~.
+absl::StatusOr<Value> Interpreter::EvalOperator(const Expr& e, const ScopePtr& scope) {
+  auto arg = [&](size_t i) { return Eval(*e.args[i], scope); };
+  switch (e.kind) {
     case Expr::Kind::kTest: {
       absl::StatusOr<Value> subject = arg(0);
       if (!subject.ok()) return subject.status();
@@ -211,6 +222,44 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& e, const ScopePtr& scop
       if (e.kind == Expr::Kind::kPos) return v->is_bool() ? Value::Int(v->as_int()) : *v;
       return v->is_float() ? Value::Float(-v->as_float()) : BinaryOp("-", Value::Int(0), *v);
     }
+    case Expr::Kind::kConcat: {
+      StrBuilder b;
+      for (size_t i = 0; i < e.args.size(); ++i) {
+        absl::StatusOr<Value> v = arg(i);
+        if (!v.ok()) return v.status();
+        b.Append(ToStr(*v));
+      }
+      return Value::String(b.Take());
+    }
+    default:
+      return absl::InternalError("unexpected expression");
+  }
+}
+
+absl::StatusOr<Value> Interpreter::EvalInner(const Expr& e, const ScopePtr& scope) {
+  auto arg = [&](size_t i) { return Eval(*e.args[i], scope); };
+  switch (e.kind) {
+    case Expr::Kind::kLiteral:
+      return e.literal;
+    case Expr::Kind::kName:
+      return EvalName(e, scope);
+    case Expr::Kind::kList:
+    case Expr::Kind::kTuple:
+    case Expr::Kind::kDict:
+      return EvalCollection(e, scope);
+    case Expr::Kind::kAttr:
+    case Expr::Kind::kItem:
+    case Expr::Kind::kSlice:
+      return EvalAccess(e, scope);
+    case Expr::Kind::kTest:
+    case Expr::Kind::kNeg:
+    case Expr::Kind::kPos:
+    case Expr::Kind::kConcat:
+      return EvalOperator(e, scope);
+    case Expr::Kind::kCall:
+      return EvalCall(e, scope);
+    case Expr::Kind::kFilter:
+      return EvalFilter(e, scope, nullptr);
     case Expr::Kind::kNot: {
       absl::StatusOr<Value> v = arg(0);
       if (!v.ok()) return v.status();
@@ -221,15 +270,6 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& e, const ScopePtr& scop
       if (!a.ok()) return a.status();
       if (!b.ok()) return b.status();
       return BinaryOp(e.name, *a, *b);
-    }
-    case Expr::Kind::kConcat: {
-      StrBuilder b;
-      for (size_t i = 0; i < e.args.size(); ++i) {
-        absl::StatusOr<Value> v = arg(i);
-        if (!v.ok()) return v.status();
-        b.Append(ToStr(*v));
-      }
-      return Value::String(b.Take());
     }
     case Expr::Kind::kCompare:
       return EvalCompare(e, scope);

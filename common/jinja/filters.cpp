@@ -150,12 +150,37 @@ std::optional<absl::StatusOr<Value>> StringFilter(std::string_view name, const V
   return std::nullopt;
 }
 
+// int, float, abs, round; nullopt for other names.
+std::optional<absl::StatusOr<Value>> NumberFilter(std::string_view name, const Value& v,
+                                                  CallArgs& args) {
+  if (name == "int" || name == "float") {
+    if (v.is_undefined()) return UndefinedError(v);  // Undefined.__int__ raises
+    auto a = BindArgs(name, args, {"default", "base"});
+    if (!a.ok()) return a.status();
+    if (name == "int") return IntFilter(v, Arg(*a, 0, Value::Int(0)));
+    return FloatFilter(v, Arg(*a, 0, Value::Float(0)));
+  }
+  if (name == "abs") {
+    if (v.is_float()) return Value::Float(std::fabs(v.as_float()));
+    if (v.is_int() || v.is_bool()) return Value::Int(v.as_int() < 0 ? -v.as_int() : v.as_int());
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad operand type for abs(): '", v.TypeName(), "'"));
+  }
+  if (name == "round") {
+    auto a = BindArgs(name, args, {"precision", "method"});
+    if (!a.ok()) return a.status();
+    return RoundFilter(v, *a);
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 absl::StatusOr<Value> RunFilter(Interpreter& in, std::string_view name, const Value& v,
                                 CallArgs& args) {
   if (auto r = StringFilter(name, v, args)) return *std::move(r);
   if (auto r = internal::SeqFilter(in, name, v, args)) return *std::move(r);
+  if (auto r = NumberFilter(name, v, args)) return *std::move(r);
   if (name == "default" || name == "d") {
     auto a = BindArgs(name, args, {"default_value", "boolean"});
     if (!a.ok()) return a.status();
@@ -175,24 +200,6 @@ absl::StatusOr<Value> RunFilter(Interpreter& in, std::string_view name, const Va
                                    (*a)[3] && (*a)[3]->Truthy());
     if (!s.ok()) return s.status();
     return Value::String(*std::move(s));
-  }
-  if (name == "int" || name == "float") {
-    if (v.is_undefined()) return UndefinedError(v);  // Undefined.__int__ raises
-    auto a = BindArgs(name, args, {"default", "base"});
-    if (!a.ok()) return a.status();
-    if (name == "int") return IntFilter(v, Arg(*a, 0, Value::Int(0)));
-    return FloatFilter(v, Arg(*a, 0, Value::Float(0)));
-  }
-  if (name == "abs") {
-    if (v.is_float()) return Value::Float(std::fabs(v.as_float()));
-    if (v.is_int() || v.is_bool()) return Value::Int(v.as_int() < 0 ? -v.as_int() : v.as_int());
-    return absl::InvalidArgumentError(
-        absl::StrCat("bad operand type for abs(): '", v.TypeName(), "'"));
-  }
-  if (name == "round") {
-    auto a = BindArgs(name, args, {"precision", "method"});
-    if (!a.ok()) return a.status();
-    return RoundFilter(v, *a);
   }
   if (name == "format") {
     if (!args.positional.empty() && !args.kwargs.empty()) {

@@ -78,6 +78,9 @@ class Interpreter {
 
   absl::StatusOr<Value> Eval(const Expr& e, const ScopePtr& scope);
   absl::StatusOr<Value> EvalInner(const Expr& e, const ScopePtr& scope);
+  absl::StatusOr<Value> EvalCollection(const Expr& e, const ScopePtr& scope);
+  absl::StatusOr<Value> EvalAccess(const Expr& e, const ScopePtr& scope);
+  absl::StatusOr<Value> EvalOperator(const Expr& e, const ScopePtr& scope);
   absl::StatusOr<Value> EvalName(const Expr& e, const ScopePtr& scope);
   absl::StatusOr<Value> EvalCompare(const Expr& e, const ScopePtr& scope);
   absl::StatusOr<Value> EvalCall(const Expr& e, const ScopePtr& scope);

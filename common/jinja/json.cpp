@@ -64,13 +64,64 @@ absl::StatusOr<Str> KeyString(const Value& k) {
       absl::StrCat("keys must be str, int, float, bool or None, not ", k.TypeName()));
 }
 
+absl::Status Dump(const Value& v, const JsonStyle& st, int level, StrBuilder* out);
+
+// json.dumps' layout: with an indent, every item on its own line, closers at the parent's indent.
+void Newline(const JsonStyle& st, int level, StrBuilder* out) {
+  if (!st.pretty) return;
+  out->Append("\n");
+  for (int i = 0; i < level; ++i) out->Append(st.indent);
+}
+
+absl::Status DumpList(const Value& v, const JsonStyle& st, int level, StrBuilder* out) {
+  if (v.list().empty()) {
+    out->Append("[]");
+    return absl::OkStatus();
+  }
+  out->Append("[");
+  for (size_t i = 0; i < v.list().size(); ++i) {
+    if (i) out->Append(st.item_sep);
+    Newline(st, level + 1, out);
+    if (absl::Status s = Dump(v.list()[i], st, level + 1, out); !s.ok()) return s;
+  }
+  Newline(st, level, out);
+  out->Append("]");
+  return absl::OkStatus();
+}
+
+absl::Status DumpDict(const Value& v, const JsonStyle& st, int level, StrBuilder* out) {
+  if (v.dict().items.empty()) {
+    out->Append("{}");
+    return absl::OkStatus();
+  }
+  std::vector<const std::pair<Value, Value>*> items;
+  for (const auto& kv : v.dict().items) items.push_back(&kv);
+  if (st.sort_keys) {
+    absl::Status err;
+    std::stable_sort(items.begin(), items.end(), [&](auto* a, auto* b) {
+      absl::StatusOr<int> c = Compare(a->first, b->first);
+      if (!c.ok()) err = c.status();
+      return c.ok() && *c < 0;
+    });
+    if (!err.ok()) return err;
+  }
+  out->Append("{");
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i) out->Append(st.item_sep);
+    Newline(st, level + 1, out);
+    absl::StatusOr<Str> key = KeyString(items[i]->first);
+    if (!key.ok()) return key.status();
+    EscapeInto(*key, out);
+    out->Append(st.key_sep);
+    if (absl::Status s = Dump(items[i]->second, st, level + 1, out); !s.ok()) return s;
+  }
+  Newline(st, level, out);
+  out->Append("}");
+  return absl::OkStatus();
+}
+
 absl::Status Dump(const Value& v, const JsonStyle& st, int level, StrBuilder* out) {
   if (level > kMaxJsonDepth) return absl::InvalidArgumentError("tojson: nesting too deep");
-  auto newline = [&](int lvl) {
-    if (!st.pretty) return;
-    out->Append("\n");
-    for (int i = 0; i < lvl; ++i) out->Append(st.indent);
-  };
   switch (v.kind()) {
     case Value::Kind::kNone:
       out->Append("null");
@@ -91,51 +142,10 @@ absl::Status Dump(const Value& v, const JsonStyle& st, int level, StrBuilder* ou
     case Value::Kind::kString:
       EscapeInto(v.str_data(), out);
       return absl::OkStatus();
-    case Value::Kind::kList: {
-      if (v.list().empty()) {
-        out->Append("[]");
-        return absl::OkStatus();
-      }
-      out->Append("[");
-      for (size_t i = 0; i < v.list().size(); ++i) {
-        if (i) out->Append(st.item_sep);
-        newline(level + 1);
-        if (absl::Status s = Dump(v.list()[i], st, level + 1, out); !s.ok()) return s;
-      }
-      newline(level);
-      out->Append("]");
-      return absl::OkStatus();
-    }
-    case Value::Kind::kDict: {
-      if (v.dict().items.empty()) {
-        out->Append("{}");
-        return absl::OkStatus();
-      }
-      std::vector<const std::pair<Value, Value>*> items;
-      for (const auto& kv : v.dict().items) items.push_back(&kv);
-      if (st.sort_keys) {
-        absl::Status err;
-        std::stable_sort(items.begin(), items.end(), [&](auto* a, auto* b) {
-          absl::StatusOr<int> c = Compare(a->first, b->first);
-          if (!c.ok()) err = c.status();
-          return c.ok() && *c < 0;
-        });
-        if (!err.ok()) return err;
-      }
-      out->Append("{");
-      for (size_t i = 0; i < items.size(); ++i) {
-        if (i) out->Append(st.item_sep);
-        newline(level + 1);
-        absl::StatusOr<Str> key = KeyString(items[i]->first);
-        if (!key.ok()) return key.status();
-        EscapeInto(*key, out);
-        out->Append(st.key_sep);
-        if (absl::Status s = Dump(items[i]->second, st, level + 1, out); !s.ok()) return s;
-      }
-      newline(level);
-      out->Append("}");
-      return absl::OkStatus();
-    }
+    case Value::Kind::kList:
+      return DumpList(v, st, level, out);
+    case Value::Kind::kDict:
+      return DumpDict(v, st, level, out);
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("Object of type ", v.TypeName(), " is not JSON serializable"));

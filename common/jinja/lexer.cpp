@@ -256,6 +256,34 @@ absl::Status Lexer::LexExprToken() {
   return Error(at, absl::StrCat("unexpected char '", std::string(1, c), "'"));
 }
 
+// The single-character escapes of Python string literals; 0 when `e` is not one.
+char SimpleEscape(char e) {
+  switch (e) {
+    case '\\':
+      return '\\';
+    case '\'':
+      return '\'';
+    case '"':
+      return '"';
+    case 'a':
+      return '\a';
+    case 'b':
+      return '\b';
+    case 'f':
+      return '\f';
+    case 'n':
+      return '\n';
+    case 'r':
+      return '\r';
+    case 't':
+      return '\t';
+    case 'v':
+      return '\v';
+    default:
+      return 0;
+  }
+}
+
 // Python's unicode-escape decoding, which jinja2 applies to string literals.
 bool Unescape(std::string_view body, std::string* out) {
   for (size_t i = 0; i < body.size(); ++i) {
@@ -267,66 +295,28 @@ bool Unescape(std::string_view body, std::string* out) {
     auto hex = [&](int n) -> bool {
       char32_t cp = 0;
       for (int k = 1; k <= n; ++k) {
-        if (i + k >= body.size() || !std::isxdigit(static_cast<unsigned char>(body[i + k])))
+        if (i + k >= body.size() || !std::isxdigit(static_cast<unsigned char>(body[i + k]))) {
           return false;
+        }
         cp = cp * 16 + std::stoi(std::string(1, body[i + k]), nullptr, 16);
       }
       AppendUtf8(out, cp);
       i += n;
       return true;
     };
-    switch (e) {
-      case '\n':
-        break;
-      case '\\':
-        out->push_back('\\');
-        break;
-      case '\'':
-        out->push_back('\'');
-        break;
-      case '"':
-        out->push_back('"');
-        break;
-      case 'a':
-        out->push_back('\a');
-        break;
-      case 'b':
-        out->push_back('\b');
-        break;
-      case 'f':
-        out->push_back('\f');
-        break;
-      case 'n':
-        out->push_back('\n');
-        break;
-      case 'r':
-        out->push_back('\r');
-        break;
-      case 't':
-        out->push_back('\t');
-        break;
-      case 'v':
-        out->push_back('\v');
-        break;
-      case 'x':
-        if (!hex(2)) return false;
-        break;
-      case 'u':
-        if (!hex(4)) return false;
-        break;
-      case 'U':
-        if (!hex(8)) return false;
-        break;
-      default:
-        if (e >= '0' && e <= '7') {
-          int v = e - '0', n = 1;
-          while (n < 3 && i + 1 < body.size() && body[i + 1] >= '0' && body[i + 1] <= '7') {
-            v = v * 8 + (body[++i] - '0'), ++n;
-          }
-          AppendUtf8(out, static_cast<char32_t>(v));
-        } else {
-          out->push_back('\\'), out->push_back(e);
-        }
+    if (e == '\n') continue;  // a backslash-newline joins the lines
+    if (const char c = SimpleEscape(e)) {
+      out->push_back(c);
+    } else if (e == 'x' || e == 'u' || e == 'U') {
+      if (!hex(e == 'x' ? 2 : e == 'u' ? 4 : 8)) return false;
+    } else if (e >= '0' && e <= '7') {
+      int v = e - '0', n = 1;
+      while (n < 3 && i + 1 < body.size() && body[i + 1] >= '0' && body[i + 1] <= '7') {
+        v = v * 8 + (body[++i] - '0'), ++n;
+      }
+      AppendUtf8(out, static_cast<char32_t>(v));
+    } else {
+      out->push_back('\\'), out->push_back(e);  // unknown escapes stay as written
     }
   }
   return true;
