@@ -84,10 +84,12 @@ void AddGlobals(std::map<std::string, Value, std::less<>>* g) {
     return Value::Dict(*std::move(kv));
   });
   (*g)["namespace"] =
-      Value::Func("namespace", [](Interpreter&, CallArgs& a) -> absl::StatusOr<Value> {
+      Value::Func("namespace", [](Interpreter& in, CallArgs& a) -> absl::StatusOr<Value> {
         auto kv = MappingArgs("namespace", a);
         if (!kv.ok()) return kv.status();
-        return Value::Namespace(*std::move(kv));
+        Value ns = Value::Namespace(*std::move(kv));
+        in.KeepNamespace(ns);
+        return ns;
       });
   (*g)["raise_exception"] =
       Value::Func("raise_exception", [](Interpreter&, CallArgs& a) -> absl::StatusOr<Value> {

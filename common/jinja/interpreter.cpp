@@ -30,6 +30,8 @@ absl::StatusOr<Str> Interpreter::Render(const StmtList& body, const Value& conte
   out_.emplace_back();
   auto root = std::make_shared<Scope>(nullptr);
   absl::StatusOr<Flow> flow = Exec(body, root);
+  for (const Value& ns : namespaces_) ns.namespace_data().items.clear();
+  namespaces_.clear();
   if (!flow.ok()) return flow.status();
   return out_.back().Take();
 }
@@ -239,8 +241,16 @@ absl::Status Interpreter::ExecSet(const Stmt& s, const ScopePtr& scope) {
 
 Value Interpreter::MakeMacro(const Stmt& s, const ScopePtr& def_scope) {
   const Stmt* stmt = &s;  // the template outlives every render
+  // Weak: the defining scope holds the macro, so a strong reference would be a cycle that
+  // outlives the render. A macro called after its scope ended (stored in a namespace inside a
+  // loop, say) is an error here where jinja2 would still run it.
+  std::weak_ptr<Scope> weak_scope = def_scope;
   return Value::Func(
-      s.name, [stmt, def_scope](Interpreter& in, CallArgs& args) -> absl::StatusOr<Value> {
+      s.name, [stmt, weak_scope](Interpreter& in, CallArgs& args) -> absl::StatusOr<Value> {
+        ScopePtr def_scope = weak_scope.lock();
+        if (!def_scope) {
+          return absl::FailedPreconditionError("macro called after the scope it was defined in");
+        }
         if (++in.depth_ > in.opts_.limits.max_depth) {
           --in.depth_;
           return absl::ResourceExhaustedError("macro recursion too deep");

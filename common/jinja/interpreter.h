@@ -55,6 +55,9 @@ class Interpreter {
   absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& subject, CallArgs args);
   absl::StatusOr<bool> ApplyTest(std::string_view name, const Value& subject, CallArgs args);
   absl::Status Step();
+  // Namespaces are mutable and may come to hold themselves; the render empties every one it
+  // made when it ends, so no reference cycle outlives it.
+  void KeepNamespace(const Value& ns) { namespaces_.push_back(ns); }
   // jinja2's compile-time evaluation (Node.as_const): the value of `e` if it uses no variables,
   // calls or context filters and evaluates without error; slices then go through getitem.
   std::optional<Value> ConstEval(const Expr& e);
@@ -95,6 +98,7 @@ class Interpreter {
   uint64_t steps_ = 0;
   int depth_ = 0;
   bool const_mode_ = false;  // inside ConstEval
+  std::vector<Value> namespaces_;
 };
 
 // Binds `args` to the parameter `names` like a Python signature; a parameter not given is

@@ -8,6 +8,16 @@
 //
 // Errors (syntax, undefined operations, raise_exception, limits) are absl::Status with
 // "template:LINE:COL: " in front of the message.
+//
+// Known differences from jinja2 (none seen in the corpus of real chat templates):
+// - integers are 64-bit (Python's are unbounded): overflow is an error;
+// - map/select/reject/unique/batch/reverse return lists, not generators, so printing one shows
+//   its items where jinja2 prints "<generator object ...>", and |length works on it;
+// - case mapping covers Latin, Greek, Cyrillic and fullwidth letters, not all of Unicode;
+//   repr() escapes the controls and the Unicode spaces, not every non-printable code point;
+// - not supported: recursive loops, include/extends/import/with, str.format(), most Markup
+//   behaviour beyond |e, |safe and +; a macro called after its defining scope ended (stored in
+//   a namespace inside a loop) is an error.
 #pragma once
 
 #include <memory>
