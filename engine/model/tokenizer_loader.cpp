@@ -59,24 +59,58 @@ absl::StatusOr<std::optional<int32_t>> OptionalId(const GgufFile& gguf, const st
   return std::optional<int32_t>(static_cast<int32_t>(id));
 }
 
+// tokenizer.ggml.model "llama" (SentencePiece, llama.cpp's LLAMA_VOCAB_TYPE_SPM): scores instead
+// of merges; spaces are "▁", with one prepended to every text fragment when add_space_prefix
+// (default true), and decoding is HF's Replace, ByteFallback, Fuse (+ Strip of that space).
+absl::Status SetSentencePiece(const GgufFile& gguf, TokenizerSpec* spec) {
+  if (!gguf.Has("tokenizer.ggml.scores")) {
+    return absl::InvalidArgumentError(
+        "GGUF tokenizer.ggml.model \"llama\" (SentencePiece) has no tokenizer.ggml.scores; only "
+        "\"gpt2\" (byte-level BPE) vocabularies load without scores. Re-convert the model with "
+        "llama.cpp's convert_hf_to_gguf.py");
+  }
+  DQ_ASSIGN_OR_RETURN(std::vector<double> scores, gguf.GetFloatArray("tokenizer.ggml.scores"));
+  spec->scores.assign(scores.begin(), scores.end());
+  spec->byte_level = false;
+  bool add_space_prefix = true;
+  if (gguf.Has("tokenizer.ggml.add_space_prefix")) {
+    DQ_ASSIGN_OR_RETURN(add_space_prefix, gguf.GetBool("tokenizer.ggml.add_space_prefix"));
+  }
+  const std::string space = "\u2581";
+  using NK = NormalizerStep::Kind;
+  using DK = DecoderStep::Kind;
+  if (add_space_prefix) spec->normalizer_steps.push_back({NK::kPrepend, "", space});
+  spec->normalizer_steps.push_back({NK::kReplace, " ", space});
+  spec->decoder_steps = {{DK::kReplace, space, " "}, {DK::kByteFallback}, {DK::kFuse}};
+  if (add_space_prefix) spec->decoder_steps.push_back({DK::kStrip, "", " ", 1, 0});
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TokenizerSpec> SpecFromGguf(const GgufFile& gguf) {
   DQ_ASSIGN_OR_RETURN(std::string model, gguf.GetString("tokenizer.ggml.model"));
-  if (model != "gpt2") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("GGUF tokenizer.ggml.model is \"", model,
-                     "\"; dqserve supports only \"gpt2\" (byte-level BPE) tokenizers"));
+  if (model != "gpt2" && model != "llama") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GGUF tokenizer.ggml.model is \"", model,
+        "\"; dqserve supports only \"gpt2\" (byte-level BPE) and \"llama\" (SentencePiece) "
+        "tokenizers"));
   }
   TokenizerSpec spec;
-  DQ_RETURN_IF_ERROR(SetPreTokenizer(gguf, &spec));
+  if (model == "llama") {
+    DQ_RETURN_IF_ERROR(SetSentencePiece(gguf, &spec));
+  } else {
+    DQ_RETURN_IF_ERROR(SetPreTokenizer(gguf, &spec));
+  }
   DQ_ASSIGN_OR_RETURN(const std::vector<std::string>* tokens,
                       gguf.GetStringArray("tokenizer.ggml.tokens"));
   spec.tokens = *tokens;
-  DQ_ASSIGN_OR_RETURN(const std::vector<std::string>* merges,
-                      gguf.GetStringArray("tokenizer.ggml.merges"));
-  spec.merges.reserve(merges->size());
-  for (const std::string& line : *merges) {
-    DQ_ASSIGN_OR_RETURN(auto pair, SplitMergeLine(line));
-    spec.merges.push_back(std::move(pair));
+  if (model == "gpt2") {
+    DQ_ASSIGN_OR_RETURN(const std::vector<std::string>* merges,
+                        gguf.GetStringArray("tokenizer.ggml.merges"));
+    spec.merges.reserve(merges->size());
+    for (const std::string& line : *merges) {
+      DQ_ASSIGN_OR_RETURN(auto pair, SplitMergeLine(line));
+      spec.merges.push_back(std::move(pair));
+    }
   }
   if (gguf.Has("tokenizer.ggml.token_type")) {
     DQ_ASSIGN_OR_RETURN(std::vector<int64_t> types, gguf.GetIntArray("tokenizer.ggml.token_type"));
@@ -84,6 +118,9 @@ absl::StatusOr<TokenizerSpec> SpecFromGguf(const GgufFile& gguf) {
   }
   DQ_ASSIGN_OR_RETURN(spec.bos_id, OptionalId(gguf, "tokenizer.ggml.bos_token_id"));
   DQ_ASSIGN_OR_RETURN(spec.eos_id, OptionalId(gguf, "tokenizer.ggml.eos_token_id"));
+  if (model == "llama") {  // gpt2: bytes missing from the vocabulary stay dropped, as in HF.
+    DQ_ASSIGN_OR_RETURN(spec.unk_id, OptionalId(gguf, "tokenizer.ggml.unknown_token_id"));
+  }
   return spec;
 }
 
