@@ -71,8 +71,8 @@ TEST(JinjaGolden, MatchesPythonJinja2) {
     }
     ++judged;
     passed += ok;
-    const std::string group = is_file ? c.at("template_file").get<std::string>()
-                                      : name.substr(0, name.find('/'));
+    const std::string group =
+        is_file ? c.at("template_file").get<std::string>() : name.substr(0, name.find('/'));
     per_template[group].first += ok;
     per_template[group].second += 1;
     if (!ok && reported++ < 25) {
