@@ -171,7 +171,8 @@ absl::StatusOr<std::vector<dq::GenerationRequest>> Requests(const dq::Model& m, 
   std::vector<dq::GenerationRequest> reqs;
   for (int i = 0; i < o.prompts && i < static_cast<int>(std::size(kPrompts)); ++i) {
     const std::vector<dq::ChatMessage> msgs = {{"user", kPrompts[i]}};
-    DQ_ASSIGN_OR_RETURN(std::string text, m.chat_template->Render(msgs, dq::ChatRenderOptions{}));
+    DQ_ASSIGN_OR_RETURN(dq::RenderedChat chat, m.chat_template->Render(msgs, {}));
+    const std::string& text = chat.text;
     dq::GenerationRequest r;
     r.prompt = m.tokenizer.Encode(text, /*parse_special=*/true);
     r.params.temperature = 0;

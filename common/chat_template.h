@@ -1,31 +1,49 @@
-// Chat templates of the ChatML family, rendered natively (no Jinja interpreter).
-//
-// A model ships its chat template as Jinja source (tokenizer_config.json's "chat_template" or
-// GGUF's tokenizer.chat_template). We recognise the templates we implement by comparing a
-// normalised form of that source (whitespace that Jinja ignores, quote style, escapes and
-// `x['name']` vs `x.name` do not matter) with the published templates, and refuse anything else
-// with an error rather than guessing. Renderings are byte-identical to Hugging Face
-// transformers' apply_chat_template (see tests/golden/chat/).
+// A model's chat template: the Jinja source it ships (tokenizer_config.json's "chat_template",
+// chat_template.jinja beside it, or GGUF's tokenizer.chat_template), run by common/jinja with the
+// variables Hugging Face transformers' apply_chat_template passes (messages, tools,
+// add_generation_prompt, bos_token, eos_token, extra kwargs such as enable_thinking). Any
+// template jinja2 renders is accepted; renderings are byte-identical to transformers'
+// (tests/golden/chat/, tests/golden/jinja/).
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/jinja/template.h"
 #include "common/text_range.h"
+#include "nlohmann/json.hpp"
 
 namespace dq {
 
+// A function call an assistant turn made (OpenAI's message.tool_calls[i]).
+struct ChatToolCall {
+  std::string id;
+  std::string name;
+  // The arguments as JSON text, as OpenAI clients send them. A JSON object reaches the template
+  // as a dict (templates print it with |tojson, as transformers expects); anything else as the
+  // string itself.
+  std::string arguments;
+};
+
 struct ChatMessage {
-  std::string role;  // "system", "user" or "assistant"
+  std::string role;  // system, user, assistant, tool: the roles the template knows
+  // Null or absent content (an assistant turn that only calls tools) is "", as vLLM passes it:
+  // templates such as Qwen3's fail on None.
   std::string content;
+  // An earlier assistant turn's reasoning, which some templates (Qwen3's) print before content.
+  std::optional<std::string> reasoning_content;
+  std::vector<ChatToolCall> tool_calls;  // assistant turns
+  std::string tool_call_id;              // tool turns: the call this answers; empty: none
+  std::string name;                      // the optional participant / tool name
 };
 
 // A rendered prompt and where in it the messages' content went. Bytes inside `content` were
-// copied from a message's content (the caller's, untrusted text); every other byte (the
-// <|im_start|>/<|im_end|> markers, role names, <think> tags the template adds, a default system
+// copied from what the client sent (message content, tool schemas and arguments, kwargs: the
+// caller's, untrusted text); every other byte (turn markers, role names, a default system
 // prompt) was written by the template. The tokenizer uses this to parse special tokens only in
 // the template's bytes (Tokenizer::EncodeSpecialOutside), so content cannot forge a turn.
 struct RenderedChat {
@@ -37,54 +55,42 @@ struct RenderedChat {
 struct ChatRenderOptions {
   // End with the header of an assistant turn, so the model writes the reply.
   bool add_generation_prompt = true;
-  // Qwen3 only: false pre-fills an empty <think></think> block, which turns reasoning off.
-  bool enable_thinking = true;
+  // Passed to the template only when set (Qwen3's switch: false turns reasoning off).
+  std::optional<bool> enable_thinking;
+  // OpenAI's `tools` array ([{"type": "function", "function": {...}}]), or null for none.
+  nlohmann::ordered_json tools = nullptr;
+  // Further template variables (the request's chat_template_kwargs), an object or null.
+  nlohmann::ordered_json kwargs = nullptr;
+};
+
+// The special tokens' text the template may print (bos_token, eos_token); empty: none.
+struct ChatSpecialTokens {
+  std::string bos;
+  std::string eos;
 };
 
 class ChatTemplate {
  public:
-  enum class Kind {
-    // HuggingFaceTB/SmolLM2-*-Instruct: ChatML, plus a default system prompt when the
-    // conversation has none.
-    kChatMLSmolLM2,
-    // Plain ChatML: <|im_start|>role\ncontent<|im_end|>\n per message.
-    kChatML,
-    // Qwen/Qwen3-*: ChatML with <think> reasoning handling and enable_thinking.
-    kQwen3,
-  };
+  // InvalidArgument ("chat template:LINE:COL: ...") when `jinja_source` is not a template.
+  static absl::StatusOr<ChatTemplate> Parse(std::string_view jinja_source,
+                                            ChatSpecialTokens tokens = {});
 
-  // Recognises `jinja_source` as one of the supported templates, or returns InvalidArgument
-  // ("unsupported chat template (first 80 chars: ...); supported: ...").
-  static absl::StatusOr<ChatTemplate> FromTemplateString(std::string_view jinja_source);
+  // The prompt for `messages`, with the byte ranges that came from the client. Errors
+  // (InvalidArgument): no messages, or the template refused the conversation (its
+  // raise_exception message, e.g. "Conversation roles must alternate user/assistant/...").
+  absl::StatusOr<RenderedChat> Render(std::span<const ChatMessage> messages,
+                                      const ChatRenderOptions& opts) const;
 
-  // Picks a template by name ("chatml-smollm2", "chatml", "qwen3"), for an explicit override when
-  // a model's own template is not recognised.
-  static absl::StatusOr<ChatTemplate> FromName(std::string_view name);
-
-  explicit ChatTemplate(Kind kind) : kind_(kind) {}
-
-  Kind kind() const { return kind_; }
-  // "chatml-smollm2", "chatml" or "qwen3".
-  std::string_view name() const;
-
-  // The prompt for `messages`. Errors (InvalidArgument): no messages, a role other than
-  // system/user/assistant (tool messages and tool calls are not supported), or a system
-  // message anywhere but first.
-  absl::StatusOr<std::string> Render(std::span<const ChatMessage> messages,
-                                     const ChatRenderOptions& opts) const;
-  // The same text as Render, with the byte ranges of it that came from message content.
-  absl::StatusOr<RenderedChat> RenderWithContentRanges(std::span<const ChatMessage> messages,
-                                                       const ChatRenderOptions& opts) const;
-
-  // The Jinja source of a supported template, as published by the model's authors.
-  static std::string_view ReferenceSource(Kind kind);
+  const std::string& source() const { return source_; }
+  const ChatSpecialTokens& special_tokens() const { return tokens_; }
 
  private:
-  Kind kind_;
-};
+  ChatTemplate(jinja::JinjaTemplate t, std::string source, ChatSpecialTokens tokens)
+      : template_(std::move(t)), source_(std::move(source)), tokens_(std::move(tokens)) {}
 
-// Exposed for tests: the normalised form used for recognition, or InvalidArgument when the
-// source cannot be tokenised (an unterminated tag or string).
-absl::StatusOr<std::string> NormalizeJinjaForMatching(std::string_view jinja_source);
+  jinja::JinjaTemplate template_;
+  std::string source_;
+  ChatSpecialTokens tokens_;
+};
 
 }  // namespace dq

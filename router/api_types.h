@@ -18,13 +18,16 @@ namespace dq::router {
 enum class ApiEndpoint { kChatCompletions, kCompletions };
 
 // Why a choice stopped. kStop: EOS, a stop token id or a stop string; kLength: max_tokens or the
-// context ran out; kAbort: cancelled (vLLM's extension of OpenAI's set).
-enum class FinishReason { kStop, kLength, kAbort };
+// context ran out; kAbort: cancelled (vLLM's extension of OpenAI's set); kToolCalls: it stopped
+// with tool calls for the client to run.
+enum class FinishReason { kStop, kLength, kAbort, kToolCalls };
 
 inline std::string_view FinishReasonName(FinishReason r) {
   switch (r) {
     case FinishReason::kStop:
       return "stop";
+    case FinishReason::kToolCalls:
+      return "tool_calls";
     case FinishReason::kLength:
       return "length";
     case FinishReason::kAbort:
@@ -56,12 +59,25 @@ struct SamplingOptions {
   bool speculative = true;
 };
 
+// How the model may use the request's tools. kNone: not at all (the tools are left out of the
+// prompt, so the model answers in text); kAuto: it decides; kRequired: it must call one;
+// kFunction: it must call `ChatCompletionRequest::tool_choice_function`.
+enum class ToolChoice { kNone, kAuto, kRequired, kFunction };
+
 // POST /v1/chat/completions.
 struct ChatCompletionRequest {
   std::string model;
   // Text-only; "developer" messages arrive as "system" and content parts are joined with "\n"
   // (as vLLM does), so the messages go straight to ChatTemplate::Render.
   std::vector<ChatMessage> messages;
+  // The validated `tools` array (OpenAI's shape, as sent), or null for none.
+  nlohmann::ordered_json tools = nullptr;
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  std::string tool_choice_function;
+  bool parallel_tool_calls = true;  // false: at most one call per answer
+  // chat_template_kwargs other than enable_thinking: further template variables (an object), or
+  // null.
+  nlohmann::ordered_json template_kwargs = nullptr;
   SamplingOptions sampling;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage

@@ -44,8 +44,13 @@ void SamplingJson(const v1::SamplingParams& s, bool chat, json& body) {
 
 ApiResult<GenerationInput> ChatGeneration(const ChatCompletionRequest& request,
                                           const ServedModel& model, bool add_generation_prompt) {
-  ApiResult<std::vector<int32_t>> prompt =
-      model.ChatPrompt(request.messages, request.enable_thinking, add_generation_prompt);
+  ChatRenderOptions opts;
+  opts.add_generation_prompt = add_generation_prompt;
+  opts.enable_thinking = request.enable_thinking;
+  // tool_choice "none": the model is not told about the tools, so it answers in text.
+  if (request.tool_choice != ToolChoice::kNone) opts.tools = request.tools;
+  opts.kwargs = request.template_kwargs;
+  ApiResult<std::vector<int32_t>> prompt = model.ChatPrompt(request.messages, opts);
   if (!prompt.ok()) return prompt.error();
   const int n = static_cast<int>(prompt->size());
   ApiResult<int> max_tokens = ResolveMaxTokens(request.sampling.max_tokens, n, model.max_context,

@@ -41,6 +41,7 @@ std::optional<SchedulerClock::time_point> RequestDeadline(const grpc::ServerCont
 v1::FinishReason ToProto(FinishReason r) {
   switch (r) {
     case FinishReason::kStop:
+    case FinishReason::kToolCalls:  // the gRPC API has no tools; a stop all the same
       return v1::FINISH_REASON_STOP;
     case FinishReason::kLength:
       return v1::FINISH_REASON_LENGTH;

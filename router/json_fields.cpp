@@ -64,6 +64,10 @@ ApiError BadValue(const std::string& param, std::string_view what, const nlohman
                                             ", but got ", JsonPreview(got), " instead."));
 }
 
+ApiError MissingField(const std::string& param) {
+  return InvalidRequest(param, absl::StrCat("Missing required parameter: '", param, "'."));
+}
+
 ApiError InvalidUtf8(const std::string& param, std::string_view bytes) {
   Utf8Problem p;
   IsValidUtf8(bytes, &p);

@@ -25,6 +25,9 @@ ApiError WrongType(const std::string& param, std::string_view expected, const nl
 // "Invalid 'param': expected <what>, but got <value> instead."
 ApiError BadValue(const std::string& param, std::string_view what, const nlohmann::json& got);
 
+// "Missing required parameter: 'param'."
+ApiError MissingField(const std::string& param);
+
 // "'param' is not valid UTF-8 (<why> at byte N). Send text as UTF-8."
 ApiError InvalidUtf8(const std::string& param, std::string_view bytes);
 

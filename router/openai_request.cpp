@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "router/chat_request.h"
 #include "router/json_fields.h"
 #include "router/utf8.h"
 
@@ -15,10 +16,6 @@ namespace {
 using nlohmann::json;
 
 constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
-
-ApiError MissingField(const std::string& param) {
-  return InvalidRequest(param, absl::StrCat("Missing required parameter: '", param, "'."));
-}
 
 // True when brackets outside strings nest deeper than `max_depth`. One pass, no recursion.
 bool NestsDeeperThan(std::string_view body, size_t max_depth) {
@@ -182,9 +179,8 @@ ApiError Unsupported(const std::string& param, std::string_view what) {
 }
 
 // Fields OpenAI's API (or another client) sends that change nothing here: bookkeeping for the
-// caller's own account, or settings that only matter with a feature refused above (tools).
-constexpr std::string_view kIgnoredFields[] = {"metadata", "store", "service_tier",
-                                               "parallel_tool_calls"};
+// caller's own account.
+constexpr std::string_view kIgnoredFields[] = {"metadata", "store", "service_tier"};
 
 // Known fields that would change the answer if silently ignored.
 void RejectUnsupported(FieldReader& f) {
@@ -200,91 +196,16 @@ void RejectUnsupported(FieldReader& f) {
   };
   if (non_empty("logit_bias")) f.Fail(Unsupported("logit_bias", "no logit biasing"));
   if (non_empty("suffix")) f.Fail(Unsupported("suffix", "no fill-in-the-middle"));
-  if (non_empty("tools")) f.Fail(Unsupported("tools", "no tool calling"));
-  if (non_empty("functions")) f.Fail(Unsupported("functions", "no function calling"));
-  if (non_empty("use_beam_search")) f.Fail(Unsupported("use_beam_search", "no beam search"));
-  // Without tools (refused above), "none" and "auto" change nothing.
-  const json* tool_choice = f.ok() ? f.Find("tool_choice") : nullptr;
-  if (tool_choice != nullptr && *tool_choice != "none" && *tool_choice != "auto") {
-    f.Fail(Unsupported("tool_choice", "no tool calling"));
+  if (non_empty("functions")) {
+    f.Fail(Unsupported("functions", "the deprecated form of 'tools'; send 'tools' instead"));
   }
+  if (non_empty("use_beam_search")) f.Fail(Unsupported("use_beam_search", "no beam search"));
   const json* format = f.ok() ? f.Find("response_format") : nullptr;
   const bool text_format = format != nullptr && format->is_object() &&
                            (!format->contains("type") || (*format)["type"] == "text");
   if (format != nullptr && !text_format) {
     f.Fail(Unsupported("response_format", "no structured output; only {\"type\": \"text\"}"));
   }
-}
-
-// The text of a message: a string, or text parts joined with "\n" (what vLLM does).
-void ReadContent(FieldReader& f, const json& content, const std::string& param, std::string* out) {
-  if (content.is_string()) {
-    const std::string& s = content.get_ref<const std::string&>();
-    if (!IsValidUtf8(s)) return f.Fail(InvalidUtf8(param, s));
-    *out = s;
-    return;
-  }
-  if (!content.is_array()) {
-    return f.Fail(WrongType(param, "a string or an array of content parts", content));
-  }
-  std::vector<std::string> texts;
-  for (size_t i = 0; i < content.size() && f.ok(); ++i) {
-    const std::string part_param = absl::StrCat(param, "[", i, "]");
-    if (!content[i].is_object()) return f.Fail(WrongType(part_param, "an object", content[i]));
-    FieldReader part(content[i], part_param + ".");
-    std::string type, text;
-    if (!part.String("type", &type) && part.ok()) part.Fail(MissingField(part.Param("type")));
-    if (part.ok() && type != "text") {
-      part.Fail(InvalidRequest(part.Param("type"),
-                               absl::StrCat("Invalid value for '", part.Param("type"), "': '", type,
-                                            "' is not supported; this server accepts "
-                                            "text parts ({\"type\": \"text\"}) only.")));
-    }
-    if (part.ok() && !part.String("text", &text) && part.ok()) {
-      part.Fail(MissingField(part.Param("text")));
-    }
-    if (!part.ok()) return f.Fail(part.error());
-    texts.push_back(std::move(text));
-  }
-  *out = absl::StrJoin(texts, "\n");
-}
-
-// One {role, content} message; "developer" is OpenAI's newer name for "system".
-void ReadMessage(FieldReader& f, const json& m, size_t index, ChatMessage* out) {
-  const std::string param = absl::StrCat("messages[", index, "]");
-  if (!m.is_object()) return f.Fail(WrongType(param, "an object", m));
-  FieldReader r(m, param + ".");
-  if (!r.String("role", &out->role) && r.ok()) r.Fail(MissingField(r.Param("role")));
-  if (r.ok() && out->role == "developer") out->role = "system";
-  const bool known = out->role == "system" || out->role == "user" || out->role == "assistant";
-  if (r.ok() && !known) {
-    const bool tool = out->role == "tool" || out->role == "function";
-    r.Fail(InvalidRequest(
-        r.Param("role"),
-        absl::StrCat("Invalid value for '", r.Param("role"), "': '", out->role, "'. ",
-                     tool ? "Tool and function messages are not supported (no tool calling). " : "",
-                     "Supported values are: 'system', 'developer', 'user' and 'assistant'.")));
-  }
-  const json* content = r.ok() ? r.Find("content") : nullptr;
-  if (content != nullptr) {
-    ReadContent(r, *content, r.Param("content"), &out->content);
-  } else if (r.ok() && out->role != "assistant") {
-    r.Fail(MissingField(r.Param("content")));
-  }
-  if (!r.ok()) f.Fail(r.error());
-}
-
-void ReadMessages(FieldReader& f, std::vector<ChatMessage>* messages) {
-  const json* v = f.ok() ? f.Find("messages") : nullptr;
-  if (v == nullptr) return f.Fail(MissingField("messages"));
-  if (!v->is_array()) return f.Fail(WrongType("messages", "an array of messages", *v));
-  if (v->empty()) {
-    return f.Fail(InvalidRequest("messages",
-                                 "Invalid 'messages': empty array. Expected an array with minimum "
-                                 "length 1, but got an empty array instead."));
-  }
-  messages->resize(v->size());
-  for (size_t i = 0; i < v->size() && f.ok(); ++i) ReadMessage(f, (*v)[i], i, &(*messages)[i]);
 }
 
 void ReadChatLogprobs(FieldReader& f, const ParseOptions& options, ChatCompletionRequest* r) {
@@ -294,13 +215,6 @@ void ReadChatLogprobs(FieldReader& f, const ParseOptions& options, ChatCompletio
     f.Fail(InvalidRequest("top_logprobs",
                           "'top_logprobs' needs 'logprobs': set \"logprobs\": true as well."));
   }
-  const json* kwargs = f.ok() ? f.Find("chat_template_kwargs") : nullptr;
-  if (kwargs == nullptr) return;
-  if (!kwargs->is_object()) return f.Fail(WrongType("chat_template_kwargs", "an object", *kwargs));
-  FieldReader k(*kwargs, "chat_template_kwargs.");
-  bool thinking = true;
-  if (k.Bool("enable_thinking", &thinking)) r->enable_thinking = thinking;
-  if (!k.ok()) f.Fail(k.error());
 }
 
 // The prompt of a completion: one string, one token-id array, or a one-element array of either.
@@ -338,6 +252,19 @@ void ReadPrompt(FieldReader& f, const ParseOptions& options, CompletionRequest* 
   } else {
     f.Fail(WrongType(param, "a string or an array of token ids", *one));
   }
+}
+
+// Templates print tools and kwargs with |tojson in the client's key order (as transformers
+// does with Python dicts), which `json` (sorted keys) loses: take those two from an ordered
+// parse of the same, already validated body.
+void KeepClientKeyOrder(std::string_view body, ChatCompletionRequest* r) {
+  if (r->tools.is_null() && r->template_kwargs.is_null()) return;
+  const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body, nullptr, false);
+  if (!r->tools.is_null()) r->tools = ordered.at("tools");
+  if (r->template_kwargs.is_null()) return;
+  nlohmann::ordered_json kwargs = ordered.at("chat_template_kwargs");
+  kwargs.erase("enable_thinking");
+  r->template_kwargs = std::move(kwargs);
 }
 
 }  // namespace
@@ -379,7 +306,7 @@ ApiResult<ChatCompletionRequest> ChatCompletionRequestFromJson(const json& body,
   ChatCompletionRequest r;
   FieldReader f(body);
   ReadModel(f, options, &r.model);
-  ReadMessages(f, &r.messages);
+  ReadChatFields(f, &r);
   ReadSampling(f, options, &r.sampling);
   ReadMaxTokens(f, ApiEndpoint::kChatCompletions, &r.sampling.max_tokens);
   ReadStreaming(f, &r.stream, &r.include_usage);
@@ -416,7 +343,11 @@ ApiResult<ChatCompletionRequest> ParseChatCompletionRequest(std::string_view bod
                                                             const ParseOptions& options) {
   ApiResult<json> parsed = ParseJsonBody(body, options.max_json_depth);
   if (!parsed.ok()) return parsed.error();
-  return ChatCompletionRequestFromJson(*parsed, options);
+  ApiResult<ChatCompletionRequest> r = ChatCompletionRequestFromJson(*parsed, options);
+  if (!r.ok()) return r;
+  ChatCompletionRequest request = std::move(r).value();
+  KeepClientKeyOrder(body, &request);
+  return request;
 }
 
 ApiResult<CompletionRequest> ParseCompletionRequest(std::string_view body,

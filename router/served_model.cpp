@@ -29,17 +29,13 @@ absl::StatusOr<ServedModel> ServedModel::Load(const std::string& path, std::stri
 }
 
 ApiResult<std::vector<int32_t>> ServedModel::ChatPrompt(const std::vector<ChatMessage>& messages,
-                                                        std::optional<bool> enable_thinking,
-                                                        bool add_generation_prompt) const {
+                                                        const ChatRenderOptions& opts) const {
   if (!chat_template) {
     return InvalidRequest(
         "messages",
         absl::StrCat("The model '", name, "' has no chat template; use /v1/completions instead."));
   }
-  ChatRenderOptions opts;
-  opts.add_generation_prompt = add_generation_prompt;
-  if (enable_thinking) opts.enable_thinking = *enable_thinking;
-  absl::StatusOr<RenderedChat> prompt = chat_template->RenderWithContentRanges(messages, opts);
+  absl::StatusOr<RenderedChat> prompt = chat_template->Render(messages, opts);
   if (!prompt.ok()) return InvalidRequest("messages", std::string(prompt.status().message()));
   if (parse_special_in_content) return tokenizer.Encode(prompt->text, /*parse_special=*/true);
   return tokenizer.EncodeSpecialOutside(prompt->text, prompt->content);

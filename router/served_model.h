@@ -37,8 +37,7 @@ struct ServedModel {
   // the messages' content only when parse_special_in_content). 400 when the model has no
   // template or the template refuses the conversation.
   ApiResult<std::vector<int32_t>> ChatPrompt(const std::vector<ChatMessage>& messages,
-                                             std::optional<bool> enable_thinking,
-                                             bool add_generation_prompt = true) const;
+                                             const ChatRenderOptions& opts) const;
   // A completion prompt's token ids (text is tokenized as is, no template) and its text (token
   // ids are decoded, for echo).
   std::vector<int32_t> CompletionPrompt(const CompletionRequest& request) const;

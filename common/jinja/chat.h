@@ -24,18 +24,23 @@ struct ChatInputs {
   bool add_generation_prompt = true;
   // Passed only when set, as transformers passes only the kwargs it was given.
   std::optional<bool> enable_thinking;
+  // Further variables (chat_template_kwargs), an object or null; names the context already has
+  // are ignored (transformers refuses them as duplicate keyword arguments).
+  nlohmann::ordered_json kwargs = nullptr;
   std::string bos_token;
   std::string eos_token;
 };
 
-// The template's variables. Every string under `messages` and `tools` is user content except
-// the roles (which the caller validates); the special tokens are the template's own text.
+// The template's variables. Every string under `messages`, `tools` and `kwargs` is user content
+// except the roles (which the caller validates); the special tokens are the template's own text.
 Value ChatContext(const ChatInputs& in);
 
 absl::StatusOr<RenderedChat> RenderChat(const JinjaTemplate& t, const ChatInputs& in,
                                         const RenderOptions& opts = {});
 
-// ChatInputs for the plain role/content messages of ChatTemplate's API.
-ChatInputs ChatInputsFor(std::span<const ChatMessage> messages, const ChatRenderOptions& opts);
+// ChatInputs for ChatTemplate's typed messages: OpenAI's message shape, a tool call's arguments
+// as a dict when they are a JSON object (what templates expect, as vLLM passes them).
+ChatInputs ChatInputsFor(std::span<const ChatMessage> messages, const ChatRenderOptions& opts,
+                         const ChatSpecialTokens& tokens = {});
 
 }  // namespace dq::jinja

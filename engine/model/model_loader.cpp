@@ -31,15 +31,22 @@ std::string DirChatTemplate(const fs::path& dir) {
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
+// The template with the tokenizer's BOS/EOS text, which templates print as bos_token/eos_token.
+absl::Status SetChatTemplate(const std::string& source, Model& m) {
+  ChatSpecialTokens tokens;
+  if (auto id = m.tokenizer.bos_id()) tokens.bos = std::string(m.tokenizer.IdToToken(*id));
+  if (auto id = m.tokenizer.eos_id()) tokens.eos = std::string(m.tokenizer.IdToToken(*id));
+  DQ_ASSIGN_OR_RETURN(ChatTemplate t, ChatTemplate::Parse(source, std::move(tokens)));
+  m.chat_template = std::move(t);
+  return absl::OkStatus();
+}
+
 absl::Status LoadFromGguf(Model& m) {
   const auto& gguf = static_cast<const GgufFile&>(*m.checkpoint);
   DQ_ASSIGN_OR_RETURN(m.config, ModelConfigFromGguf(gguf));
   DQ_ASSIGN_OR_RETURN(m.tokenizer, LoadTokenizerFromGguf(gguf));
   auto tmpl = gguf.GetString("tokenizer.chat_template");
-  if (tmpl.ok()) {
-    DQ_ASSIGN_OR_RETURN(ChatTemplate t, ChatTemplate::FromTemplateString(*tmpl));
-    m.chat_template = t;
-  }
+  if (tmpl.ok()) DQ_RETURN_IF_ERROR(SetChatTemplate(*tmpl, m));
   return absl::OkStatus();
 }
 
@@ -49,10 +56,7 @@ absl::Status LoadFromDir(Model& m) {
   DQ_ASSIGN_OR_RETURN(m.config, ModelConfigFromHfJson(config));
   DQ_ASSIGN_OR_RETURN(m.tokenizer, LoadTokenizerFromDir(dir.string()));
   const std::string tmpl = DirChatTemplate(dir);
-  if (!tmpl.empty()) {
-    DQ_ASSIGN_OR_RETURN(ChatTemplate t, ChatTemplate::FromTemplateString(tmpl));
-    m.chat_template = t;
-  }
+  if (!tmpl.empty()) DQ_RETURN_IF_ERROR(SetChatTemplate(tmpl, m));
   return absl::OkStatus();
 }
 

@@ -19,12 +19,12 @@ struct Model {
   std::unique_ptr<Checkpoint> checkpoint;
   ModelConfig config;
   Tokenizer tokenizer;
-  // Absent when the checkpoint has no template; an unrecognised template is a load error.
+  // Absent when the checkpoint has no template; one that does not parse is a load error.
   std::optional<ChatTemplate> chat_template;
 };
 
 // Errors name the path and say what is missing or wrong (not found, corrupt, unknown
-// architecture, unsupported chat template, tokenizer/vocabulary mismatch).
+// architecture, a chat template that does not parse, tokenizer/vocabulary mismatch).
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& path);
 
 }  // namespace dq

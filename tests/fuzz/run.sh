@@ -40,6 +40,7 @@ $launcher "$cxx" "${flags[@]}" -fsanitize=fuzzer -c "$src/tests/fuzz/http_reques
   $(pkg-config --libs absl_status absl_statusor absl_strings absl_str_format absl_cord libpcre2-8)
 cp -n "$src"/tests/fuzz/corpus/* "$work/corpus/" 2>/dev/null || true
 export DQ_FUZZ_TOKENIZER="$src/tests/golden/tokenizer/qwen-style/tokenizer.json"
+export DQ_FUZZ_TEMPLATE="$src/tests/golden/chat/qwen3_template.jinja"
 export UBSAN_OPTIONS=print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1
 cd "$work"
 echo "fuzz: $seconds s of $work/http_request_fuzzer"

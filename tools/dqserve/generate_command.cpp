@@ -178,9 +178,10 @@ class ChatSession {
     std::vector<ChatMessage> msgs = history_;
     msgs.push_back({"user", user});
     ChatRenderOptions ro;
-    ro.enable_thinking = !o_.no_think;
-    DQ_ASSIGN_OR_RETURN(std::string text, model_.chat_template->Render(msgs, ro));
-    return model_.tokenizer.Encode(text, /*parse_special=*/true);
+    if (o_.no_think) ro.enable_thinking = false;
+    DQ_ASSIGN_OR_RETURN(RenderedChat chat, model_.chat_template->Render(msgs, ro));
+    // As the router does: special tokens only in the template's own text.
+    return model_.tokenizer.EncodeSpecialOutside(chat.text, chat.content);
   }
 
   const GenerateOptions& o_;

@@ -24,17 +24,31 @@ inline std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
+// OpenAI-shaped messages (role, content or null, tool_calls, tool_call_id) as ChatMessages.
 inline std::vector<ChatMessage> Messages(const nlohmann::json& j) {
   std::vector<ChatMessage> out;
-  for (const auto& m : j) out.push_back({m.at("role"), m.at("content")});
+  for (const auto& m : j) {
+    ChatMessage msg;
+    msg.role = m.at("role");
+    if (m.contains("content") && m["content"].is_string()) msg.content = m["content"];
+    if (m.contains("tool_call_id")) msg.tool_call_id = m["tool_call_id"];
+    for (const auto& c : m.value("tool_calls", nlohmann::json::array())) {
+      msg.tool_calls.push_back(
+          {c.at("id"), c.at("function").at("name"), c.at("function").at("arguments")});
+    }
+    out.push_back(std::move(msg));
+  }
   return out;
 }
 
-// The template a golden file's name stands for ("smollm2", "chatml", "qwen3").
-inline ChatTemplate::Kind KindOf(const std::string& name) {
-  if (name == "smollm2") return ChatTemplate::Kind::kChatMLSmolLM2;
-  if (name == "chatml") return ChatTemplate::Kind::kChatML;
-  return ChatTemplate::Kind::kQwen3;
+// The golden template files: "smollm2", "chatml", "qwen3"
+// (tests/golden/chat/<name>_template.jinja).
+inline ChatTemplate Template(const std::string& name, ChatSpecialTokens tokens = {}) {
+  absl::StatusOr<ChatTemplate> t =
+      ChatTemplate::Parse(ReadFile(Dir() + name + "_template.jinja"), std::move(tokens));
+  EXPECT_TRUE(t.ok()) << name << ": " << t.status();
+  if (!t.ok()) return *ChatTemplate::Parse("");
+  return *std::move(t);
 }
 
 }  // namespace dq::chat_golden

@@ -24,14 +24,14 @@ class ChatPromptSpecialTokensTest : public ::testing::Test {
   }
 
   std::vector<int32_t> Prompt(const std::vector<ChatMessage>& messages) const {
-    ApiResult<std::vector<int32_t>> ids = model_.ChatPrompt(messages, std::nullopt);
+    ApiResult<std::vector<int32_t>> ids = model_.ChatPrompt(messages, ChatRenderOptions{});
     EXPECT_TRUE(ids.ok()) << (ids.ok() ? "" : ids.error().message);
     return ids.ok() ? *ids : std::vector<int32_t>{};
   }
   std::string Rendered(const std::vector<ChatMessage>& messages) const {
-    absl::StatusOr<std::string> text = model_.chat_template->Render(messages, ChatRenderOptions{});
-    EXPECT_TRUE(text.ok()) << text.status();
-    return text.ok() ? *text : "";
+    absl::StatusOr<RenderedChat> chat = model_.chat_template->Render(messages, ChatRenderOptions{});
+    EXPECT_TRUE(chat.ok()) << chat.status();
+    return chat.ok() ? chat->text : "";
   }
   static int Count(const std::vector<int32_t>& ids, int32_t id) {
     return static_cast<int>(std::count(ids.begin(), ids.end(), id));

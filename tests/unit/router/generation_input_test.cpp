@@ -32,7 +32,8 @@ TEST_F(GenerationFromProtoTest, ChatIsRenderedWithTheTemplateLikeTheHttpApi) {
   const std::vector<ChatMessage> messages = {ChatMessage{"user", "Hi!"}};
   auto rendered = model_.chat_template->Render(messages, ChatRenderOptions{});
   ASSERT_TRUE(rendered.ok());
-  EXPECT_EQ(in->prompt_ids, model_.tokenizer.Encode(*rendered));
+  EXPECT_EQ(in->prompt_ids,
+            model_.tokenizer.EncodeSpecialOutside(rendered->text, rendered->content));
   EXPECT_EQ(in->max_tokens, 5);
   EXPECT_FLOAT_EQ(in->sampling.temperature, 0.0f);
   EXPECT_FALSE(in->prompt_logprobs);

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "router/served_model.h"
@@ -18,7 +20,9 @@ inline ServedModel TestModel(int max_context = 64) {
                                    "/tests/golden/tokenizer/qwen-style/tokenizer.json");
   EXPECT_TRUE(tok.ok()) << tok.status();
   if (tok.ok()) m.tokenizer = *tok;
-  auto tmpl = ChatTemplate::FromName("qwen3");
+  std::ifstream f(std::string(DQ_SOURCE_DIR) + "/tests/golden/chat/qwen3_template.jinja");
+  const std::string source((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto tmpl = ChatTemplate::Parse(source, {"", "<|im_end|>"});
   EXPECT_TRUE(tmpl.ok()) << tmpl.status();
   if (tmpl.ok()) m.chat_template = *tmpl;
   m.max_context = max_context;
