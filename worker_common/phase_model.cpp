@@ -63,6 +63,15 @@ absl::StatusOr<std::unique_ptr<PhaseModel>> LoadPhaseModel(const PhaseModelOptio
                        DeviceBackendOptions{o.max_batch_tokens, o.device_graphs, o.odp,
                                             o.batch_invariant, o.fp8_attention, o.cuda_kernels}));
   DQ_ASSIGN_OR_RETURN(pm->model, LoadModel(o.model));
+  if (pm->model->config.has_recurrent_state()) {
+    // The recurrent state is not shipped from prefill to decode yet; serving it would decode
+    // from a zero state.
+    return absl::UnimplementedError(absl::StrCat(
+        o.model, " is a hybrid model with per-sequence recurrent state (",
+        pm->model->config.architecture,
+        "'s Gated DeltaNet layers), which the prefill and decode workers do not transfer yet; "
+        "run it with `dqserve generate`"));
+  }
   if (!o.weights.empty() && o.weights != o.model) {
     DQ_ASSIGN_OR_RETURN(pm->weights, LoadModel(o.weights));
     if (pm->weights->tokenizer.vocab_size() != pm->model->tokenizer.vocab_size()) {
@@ -107,6 +116,8 @@ absl::StatusOr<std::unique_ptr<PhaseModel>> LoadPhaseModel(const PhaseModelOptio
         "16 KV heads; use --attention bf16"));
   }
   DQ_ASSIGN_OR_RETURN(pm->kv_staging, CreateKvStaging(*pm->runner, pm->device));
+  pm->grammars = std::make_shared<grammar::GrammarCache>(grammar::TokenVocabulary::FromTokenizer(
+      pm->model->tokenizer, pm->runner->config().vocab_size, pm->model->config.eos_token_ids));
   return pm;
 }
 

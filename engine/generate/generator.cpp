@@ -67,6 +67,12 @@ absl::Status Generator::CheckRequests(std::span<const GenerationRequest> request
     const int64_t total = std::min<int64_t>(r.prompt.size() + r.params.max_tokens, c.max_context);
     blocks += runner_.kv_pool().BlocksFor(static_cast<int>(total));
   }
+  const int sequences = runner_.kv_pool().num_free_sequences();
+  if (static_cast<int>(requests.size()) > sequences) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        requests.size(), " requests, but this model keeps recurrent state per sequence and has ",
+        sequences, " free state slots; send fewer requests at once or raise the slot count"));
+  }
   if (!runner_.kv_pool().can_allocate(blocks)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the requests need ", blocks, " KV blocks but ", runner_.kv_pool().num_free_blocks(),
@@ -154,6 +160,12 @@ absl::Status Generator::DecodeStep(std::vector<Sequence*>& active, const TextCal
 
 absl::Status Generator::CheckSpeculation() const {
   if (options_.drafter == nullptr) return absl::OkStatus();
+  if (runner_.kv_pool().has_state_slots()) {
+    return absl::UnimplementedError(
+        "speculative decoding on a model with recurrent state (Gated DeltaNet layers) needs "
+        "state snapshots to roll a rejected draft back, which are not built yet; run without a "
+        "drafter");
+  }
   DQ_RETURN_IF_ERROR(Validate(options_.spec));
   DQ_RETURN_IF_ERROR(options_.drafter->CheckTarget(runner_.config()));
   const std::string name(options_.drafter->name());

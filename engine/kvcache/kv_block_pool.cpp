@@ -24,7 +24,9 @@ uint64_t BlockHash(uint64_t parent, std::span<const int32_t> tokens) {
 
 }  // namespace
 
-KvBlockPool::KvBlockPool(const KvCacheOptions& options) : options_(options) {
+KvBlockPool::KvBlockPool(const KvCacheOptions& options)
+    : options_(options),
+      slots_(options.state_slot_floats, options.num_state_slots, options.host_storage) {
   if (options_.host_storage) {
     const size_t n = static_cast<size_t>(options_.num_layers) * LayerStride();
     keys_.assign(n, 0.0f);
@@ -70,11 +72,13 @@ void KvBlockPool::free(std::span<const int32_t> blocks) {
 }
 
 bool KvBlockPool::can_extend(const KvSequence& seq, int new_tokens) const {
+  if (slots_.enabled() && seq.state_slot < 0 && !slots_.can_allocate()) return false;
   const int need = BlocksFor(new_tokens) - static_cast<int>(seq.blocks.size());
   return need <= 0 || can_allocate(need);
 }
 
 void KvBlockPool::extend(KvSequence& seq, int new_tokens) {
+  if (slots_.enabled() && seq.state_slot < 0) seq.state_slot = slots_.allocate();
   const int need = BlocksFor(new_tokens) - static_cast<int>(seq.blocks.size());
   if (need <= 0) return;
   for (int32_t b : allocate(need)) seq.blocks.push_back(b);
@@ -82,6 +86,9 @@ void KvBlockPool::extend(KvSequence& seq, int new_tokens) {
 
 void KvBlockPool::truncate(KvSequence& seq, int tokens) {
   tokens = std::max(0, tokens);
+  assert((seq.state_slot < 0 || tokens == 0 || tokens >= seq.num_tokens) &&
+         "a state slot cannot roll back");
+  if (seq.state_slot >= 0 && tokens == 0) slots_.clear(seq.state_slot);
   seq.num_tokens = std::min(seq.num_tokens, tokens);
   const size_t keep = static_cast<size_t>(BlocksFor(tokens));
   // The kept block that `tokens` cuts into will be rewritten: it no longer holds what its hash
@@ -100,6 +107,12 @@ void KvBlockPool::release(KvSequence& seq) {
   free(seq.blocks);
   seq.blocks.clear();
   seq.num_tokens = 0;
+  if (seq.state_slot >= 0) slots_.release(seq.state_slot);
+  seq.state_slot = -1;
+}
+
+int KvBlockPool::num_free_sequences() const {
+  return slots_.enabled() ? slots_.num_free() : options_.num_blocks + 1;
 }
 
 std::vector<uint64_t> KvBlockPool::ChainHashes(std::span<const int32_t> tokens) const {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/kvcache/kv_tensor_layout.h"
+#include "engine/kvcache/state_slot_pool.h"
 
 namespace dq {
 
@@ -23,13 +24,20 @@ struct KvCacheOptions {
   // false: only block ids are managed here; the K/V bytes live elsewhere (a device backend's
   // cache with this layout), and key()/value()/keys_data() must not be used.
   bool host_storage = true;
+  // A hybrid model's fixed per-sequence state (SequenceStateSpec::slot_floats): each sequence
+  // takes one of `num_state_slots` slots when it first gets blocks. 0: none.
+  int64_t state_slot_floats = 0;
+  int num_state_slots = 0;
 };
 
 // A sequence's block table: the blocks holding its tokens in order, and how many tokens are
 // cached. Token t lives in blocks[t / block_size] at slot t % block_size.
+// `state_slot`: its slot of the pool's state slots (-1: none; a hybrid model's sequences get one
+// with their first blocks), holding the state after its num_tokens tokens.
 struct KvSequence {
   std::vector<int32_t> blocks;
   int num_tokens = 0;
+  int32_t state_slot = -1;
 };
 
 struct PrefixCacheStats {
@@ -67,17 +75,27 @@ class KvBlockPool {
   // Drops one reference to each block. Precondition: each holds a reference.
   void free(std::span<const int32_t> blocks);
 
-  // Pure check: can `seq` grow to `new_tokens` tokens with the free blocks?
+  // Pure check: can `seq` grow to `new_tokens` tokens with the free blocks (and, with state
+  // slots, a free slot when it has none)?
   bool can_extend(const KvSequence& seq, int new_tokens) const;
-  // Adds the blocks `seq` needs to hold `new_tokens` tokens (does not change num_tokens).
-  // Precondition: can_extend(seq, new_tokens).
+  // Adds the blocks `seq` needs to hold `new_tokens` tokens (does not change num_tokens), and a
+  // zeroed state slot when the pool has slots and `seq` none. Precondition: can_extend.
   void extend(KvSequence& seq, int new_tokens);
   // Cuts `seq` back to its first `tokens` tokens (speculative decoding's rollback): num_tokens
   // drops to at most `tokens` and the blocks past BlocksFor(tokens) return to the pool. The K/V
   // left in the kept blocks past `tokens` is stale and is overwritten as the sequence regrows.
+  // A state slot holds no history: cut to 0 it is zeroed; cut elsewhere below num_tokens it
+  // would be stale, so callers refuse rollback for models with state (has_state_slots()).
   void truncate(KvSequence& seq, int tokens);
-  // Frees all of `seq`'s blocks and empties it.
+  // Frees all of `seq`'s blocks and its state slot and empties it.
   void release(KvSequence& seq);
+
+  // The per-sequence state slots (KvCacheOptions::state_slot_floats).
+  bool has_state_slots() const { return slots_.enabled(); }
+  StateSlotPool& state_slots() { return slots_; }
+  const StateSlotPool& state_slots() const { return slots_; }
+  // Sequences that can still start (each takes a slot); unbounded without slots.
+  int num_free_sequences() const;
 
   // Prefix caching. Pure check: how many leading full blocks of `tokens` are cached.
   int CachedPrefixBlocks(std::span<const int32_t> tokens) const;
@@ -137,6 +155,7 @@ class KvBlockPool {
   void Uncache(int32_t block);
 
   KvCacheOptions options_;
+  StateSlotPool slots_;
   std::vector<float> keys_;
   std::vector<float> values_;
   std::set<int32_t> free_;  // unreferenced and uncached

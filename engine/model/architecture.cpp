@@ -4,12 +4,13 @@
 #include "engine/model/gemma3.h"
 #include "engine/model/llama.h"
 #include "engine/model/qwen3.h"
+#include "engine/model/qwen3_5.h"
 
 namespace dq {
 
 std::span<const Architecture* const> Architectures() {
   static const Architecture* const kAll[] = {&LlamaArchitecture(), &Qwen3Architecture(),
-                                             &Gemma3Architecture()};
+                                             &Gemma3Architecture(), &Qwen3_5Architecture()};
   return kAll;
 }
 
@@ -43,10 +44,13 @@ absl::StatusOr<ModelProgram> BindModelProgram(const Checkpoint& checkpoint,
   const TensorNames names = ArchitectureTensorNames(*arch, checkpoint.format() == "gguf");
   DQ_ASSIGN_OR_RETURN(ModelProgram program, arch->bind(binder, names, config));
   const SequenceStateSpec state = program.Finalize();
-  if (state.kv_layers != config.num_layers) {
+  // Every layer mixes tokens once: with attention (a KV layer) or a Gated DeltaNet (a recurrent
+  // state in the sequence's slot).
+  if (state.kv_layers + state.recurrent_layers != config.num_layers) {
     return absl::InternalError(absl::StrCat("the ", std::string(arch->name), " program declares ",
-                                            state.kv_layers, " KV layers for ", config.num_layers,
-                                            " layers; the KV cache is sized per layer"));
+                                            state.kv_layers, " KV and ", state.recurrent_layers,
+                                            " recurrent layers for ", config.num_layers,
+                                            " layers; the sequence state is sized per layer"));
   }
   return program;
 }
@@ -62,7 +66,10 @@ absl::StatusOr<B> BindBlock(const WeightBinder& binder, const TensorNames& names
   B block;
   for (const VectorSlot<B>& s : vectors) {
     if (s.optional && !wanted(std::string_view(s.role))) continue;
-    DQ_ASSIGN_OR_RETURN(block.*s.values, binder.Vector(names.Layer(layer, s.role), s.size(c)));
+    const std::string name = s.bare ? names.LayerBare(layer, s.role) : names.Layer(layer, s.role);
+    std::vector<int64_t> shape = {s.size(c)};
+    if (s.kernel != nullptr) shape = {s.size(c) / s.kernel(c), 1, s.kernel(c)};
+    DQ_ASSIGN_OR_RETURN(block.*s.values, binder.Values(name, shape));
   }
   for (const LinearSlot<B>& s : linears) {
     DQ_ASSIGN_OR_RETURN(block.*s.weight, binder.Matrix(names.Layer(layer, s.role),
@@ -85,6 +92,20 @@ absl::StatusOr<MlpBlock> BindMlpBlock(const WeightBinder& binder, const TensorNa
                                       const ModelConfig& c, int i, bool post_norm) {
   return BindBlock(binder, names, c, i, kMlpLinears, kMlpVectors,
                    [&](std::string_view) { return post_norm; });
+}
+
+absl::StatusOr<GatedDeltaBlock> BindGatedDeltaBlock(const WeightBinder& binder,
+                                                    const TensorNames& names, const ModelConfig& c,
+                                                    int i) {
+  DQ_ASSIGN_OR_RETURN(GatedDeltaBlock g,
+                      BindBlock(binder, names, c, i, kGatedDeltaLinears, kGatedDeltaVectors,
+                                [](std::string_view) { return false; }));
+  g.key_heads = c.gdn_key_heads;
+  g.value_heads = c.gdn_value_heads;
+  g.key_dim = c.gdn_key_dim;
+  g.value_dim = c.gdn_value_dim;
+  g.kernel = c.gdn_conv_kernel;
+  return g;
 }
 
 absl::Status BindEmbeddingsAndHead(const WeightBinder& binder, const TensorNames& names,

@@ -55,6 +55,10 @@ absl::StatusOr<AttentionBlock> BindAttentionBlock(const WeightBinder& binder,
                                                   bool qk_norm, bool post_norm = false);
 absl::StatusOr<MlpBlock> BindMlpBlock(const WeightBinder& binder, const TensorNames& names,
                                       const ModelConfig& config, int layer, bool post_norm = false);
+// Qwen3.5's Gated DeltaNet block, shaped by the config's gdn_* fields.
+absl::StatusOr<GatedDeltaBlock> BindGatedDeltaBlock(const WeightBinder& binder,
+                                                    const TensorNames& names,
+                                                    const ModelConfig& config, int layer);
 // The embedding, final norm and lm_head (tied to the embedding when the checkpoint has none).
 absl::Status BindEmbeddingsAndHead(const WeightBinder& binder, const TensorNames& names,
                                    const ModelConfig& config, ModelProgram* out);

@@ -1,9 +1,11 @@
 #include "engine/model/decoder_model.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/dtype.h"
 #include "engine/cpu/cpu_ops.h"
+#include "engine/cpu/gated_delta.h"
 #include "engine/quant/ggml_blocks.h"
 
 namespace dq {
@@ -20,7 +22,13 @@ struct LinearPolicy {
 struct DecoderModel::Scratch {
   int64_t m = 0;  // tokens in the batch
   std::vector<float> x, h, q, k, v, attn, gate, up;
+  std::vector<float> q_raw, attn_gate;  // the output gate's [q | gate] rows and the gate
   std::vector<cpu::AttentionToken> tokens;
+  struct Item {
+    int64_t first = 0, count = 0;  // its tokens in the pass
+    KvSequence* seq = nullptr;
+  };
+  std::vector<Item> items;
   cpu::AttentionOptions attention;
   bool bf16 = false;  // DecoderModelOptions::bf16_activations
   LinearPolicy linears;
@@ -74,11 +82,13 @@ void Linear(const LinearWeight& w, const float* x, float* y, int64_t rows, Linea
 
 DecoderModel::DecoderModel(ModelConfig config, ModelProgram program)
     : config_(std::move(config)), program_(std::move(program)) {
-  inv_freq_ = cpu::RopeInverseFrequencies(config_.head_dim, config_.rope_theta);
+  slot_floats_ = program_.state().slot_floats;
+  // Partial RoPE (Qwen3.5) rotates the first rope_dim() dims with frequencies of that width.
+  inv_freq_ = cpu::RopeInverseFrequencies(config_.rope_dim(), config_.rope_theta);
   for (float& f : inv_freq_) f /= config_.rope_linear_factor;  // "linear" scaling: pos / factor
-  inv_freq_local_ = cpu::RopeInverseFrequencies(config_.head_dim, config_.rope_local_theta > 0
-                                                                      ? config_.rope_local_theta
-                                                                      : config_.rope_theta);
+  inv_freq_local_ = cpu::RopeInverseFrequencies(config_.rope_dim(), config_.rope_local_theta > 0
+                                                                        ? config_.rope_local_theta
+                                                                        : config_.rope_theta);
 }
 
 absl::Status DecoderModel::SetOptions(const DecoderModelOptions& options) {
@@ -104,6 +114,12 @@ absl::Status DecoderModel::Check(const Batch& batch, const KvBlockPool& pool) co
   for (const BatchItem& it : batch.items) {
     if (it.kv == nullptr || it.tokens.empty()) {
       return absl::InvalidArgumentError("batch item needs a sequence and at least one token");
+    }
+    if (slot_floats_ > 0 &&
+        (it.kv->state_slot < 0 || pool.state_slots().slot_floats() != slot_floats_)) {
+      return absl::FailedPreconditionError(
+          "this model keeps recurrent state per sequence, but the sequence has no state slot of "
+          "its size; extend it in a pool with the model's state slots (ModelRunner makes one)");
     }
     const int64_t end = it.kv->num_tokens + static_cast<int64_t>(it.tokens.size());
     if (end > config_.max_context) {
@@ -142,7 +158,12 @@ void DecoderModel::RunAttention(int layer, const AttentionBlock& w, Scratch& s, 
   cpu::RmsNorm(s.x.data(), w.norm.data(), s.m, c.hidden_size, c.rms_norm_eps, s.h.data());
   RoundBf16(s.bf16, s.h.data(), s.m * c.hidden_size);
   Observe(layer, LinearInput::kQkv, s.h, s.m, c.hidden_size);
-  Linear(w.q, s.h.data(), s.q.data(), s.m, s.linears, threads);
+  if (w.output_gate) {
+    Linear(w.q, s.h.data(), s.q_raw.data(), s.m, s.linears, threads);
+    SplitGatedQuery(s);
+  } else {
+    Linear(w.q, s.h.data(), s.q.data(), s.m, s.linears, threads);
+  }
   Linear(w.k, s.h.data(), s.k.data(), s.m, s.linears, threads);
   Linear(w.v, s.h.data(), s.v.data(), s.m, s.linears, threads);
   RoundBf16(s.bf16, s.q.data(), s.m * c.q_dim());
@@ -159,8 +180,18 @@ void DecoderModel::RunAttention(int layer, const AttentionBlock& w, Scratch& s, 
     const cpu::AttentionToken& at = s.tokens[t];
     float* qt = s.q.data() + t * c.q_dim();
     float* kt = s.k.data() + t * c.kv_dim();
-    cpu::ApplyRope(qt, c.num_heads, c.head_dim, at.position, inv_freq, c.rope_style);
-    cpu::ApplyRope(kt, c.num_kv_heads, c.head_dim, at.position, inv_freq, c.rope_style);
+    if (w.rotary_dim > 0 && w.rotary_dim < c.head_dim) {
+      // Partial RoPE: the first rotary_dim dims of each head, paired within them.
+      for (int h = 0; h < c.num_heads; ++h) {
+        cpu::ApplyRope(qt + h * c.head_dim, 1, w.rotary_dim, at.position, inv_freq, c.rope_style);
+      }
+      for (int h = 0; h < c.num_kv_heads; ++h) {
+        cpu::ApplyRope(kt + h * c.head_dim, 1, w.rotary_dim, at.position, inv_freq, c.rope_style);
+      }
+    } else {
+      cpu::ApplyRope(qt, c.num_heads, c.head_dim, at.position, inv_freq, c.rope_style);
+      cpu::ApplyRope(kt, c.num_kv_heads, c.head_dim, at.position, inv_freq, c.rope_style);
+    }
     RoundBf16(s.bf16, qt, c.q_dim());
     RoundBf16(s.bf16, kt, c.kv_dim());
     const int32_t block = at.seq->blocks[at.position / pool.block_size()];
@@ -173,10 +204,27 @@ void DecoderModel::RunAttention(int layer, const AttentionBlock& w, Scratch& s, 
   attention.scale = c.attention_scale;
   cpu::PagedAttention(pool, w.kv_layer, s.tokens, s.q.data(), c.num_heads, s.attn.data(), threads,
                       attention);
+  if (w.output_gate) {
+    for (int64_t i = 0; i < s.m * c.q_dim(); ++i) {
+      s.attn[i] *= 1.0f / (1.0f + std::exp(-s.attn_gate[i]));
+    }
+  }
   RoundBf16(s.bf16, s.attn.data(), s.m * c.q_dim());
   Observe(layer, LinearInput::kO, s.attn, s.m, c.q_dim());
   Linear(w.o, s.attn.data(), s.h.data(), s.m, s.linears, threads);
   AddBlockOutput(w.post_norm, s);
+}
+
+void DecoderModel::SplitGatedQuery(Scratch& s) const {
+  const int hd = config_.head_dim;
+  for (int64_t t = 0; t < s.m; ++t) {
+    for (int h = 0; h < config_.num_heads; ++h) {
+      const float* src = s.q_raw.data() + (t * config_.num_heads + h) * 2 * hd;
+      const int64_t dst = (t * config_.num_heads + h) * hd;
+      std::copy_n(src, hd, s.q.data() + dst);
+      std::copy_n(src + hd, hd, s.attn_gate.data() + dst);
+    }
+  }
 }
 
 void DecoderModel::AddBlockOutput(const std::vector<float>& post_norm, Scratch& s) const {
@@ -207,6 +255,82 @@ void DecoderModel::RunMlp(int layer, const MlpBlock& w, Scratch& s, ThreadPool& 
   Observe(layer, LinearInput::kDown, s.gate, s.m, c.intermediate_size);
   Linear(w.down, s.gate.data(), s.h.data(), s.m, s.linears, threads);
   AddBlockOutput(w.post_norm, s);
+}
+
+namespace {
+
+// torch's softplus (beta 1, threshold 20).
+float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+// One item's q, k (L2-normalized, each key head repeated for its value heads, as HF's
+// repeat_interleave), v, log decay g and beta from its conv outputs and b/a projections.
+struct DeltaInputs {
+  std::vector<float> q, k, v, g, beta;
+};
+
+DeltaInputs GatherDeltaInputs(const GatedDeltaBlock& w, int64_t n, float* conv_out, const float* b,
+                              const float* a) {
+  const int nk = w.key_heads, nv = w.value_heads, dk = w.key_dim, dv = w.value_dim;
+  const int qk = nk * dk, channels = w.conv_channels(), rep = nv / nk;
+  DeltaInputs in;
+  in.q.resize(n * nv * dk);
+  in.k.resize(n * nv * dk);
+  in.v.resize(n * nv * dv);
+  in.g.resize(n * nv);
+  in.beta.resize(n * nv);
+  for (int64_t t = 0; t < n; ++t) {
+    float* row = conv_out + t * channels;
+    cpu::L2NormRows(row, 2 * nk, dk);  // q's heads then k's
+    for (int h = 0; h < nv; ++h) {
+      const int kh = h / rep;
+      std::copy_n(row + kh * dk, dk, in.q.data() + (t * nv + h) * dk);
+      std::copy_n(row + qk + kh * dk, dk, in.k.data() + (t * nv + h) * dk);
+      const float bt = b[t * nv + h], at = a[t * nv + h];
+      in.beta[t * nv + h] = 1.0f / (1.0f + std::exp(-bt));
+      in.g[t * nv + h] = -std::exp(w.a_log[h]) * Softplus(at + w.dt_bias[h]);
+    }
+    std::copy_n(row + 2 * qk, nv * dv, in.v.data() + t * nv * dv);
+  }
+  return in;
+}
+
+}  // namespace
+
+void DecoderModel::RunGatedDelta(int layer, const GatedDeltaBlock& w, Scratch& s, KvBlockPool& pool,
+                                 ThreadPool& threads) const {
+  const ModelConfig& c = config_;
+  const int channels = w.conv_channels(), nv = w.value_heads, vd = nv * w.value_dim;
+  cpu::RmsNorm(s.x.data(), w.norm.data(), s.m, c.hidden_size, c.rms_norm_eps, s.h.data());
+  RoundBf16(s.bf16, s.h.data(), s.m * c.hidden_size);
+  Observe(layer, LinearInput::kGdnIn, s.h, s.m, c.hidden_size);
+  std::vector<float> mixed(s.m * channels), z(s.m * vd), b(s.m * nv), a(s.m * nv);
+  Linear(w.qkv, s.h.data(), mixed.data(), s.m, s.linears, threads);
+  Linear(w.z, s.h.data(), z.data(), s.m, s.linears, threads);
+  Linear(w.b, s.h.data(), b.data(), s.m, s.linears, threads);
+  Linear(w.a, s.h.data(), a.data(), s.m, s.linears, threads);
+  std::vector<float> conv_out(s.m * channels), core(s.m * vd);
+  const cpu::GatedDeltaShape shape{nv, w.key_dim, w.value_dim};
+  for (const Scratch::Item& it : s.items) {
+    float* slot = pool.state_slots().slot(it.seq->state_slot) + w.state_offset;
+    float* delta = slot + w.conv_state_floats();
+    cpu::CausalConv1dSilu(channels, w.kernel, it.count, mixed.data() + it.first * channels,
+                          w.conv.data(), slot, conv_out.data() + it.first * channels);
+    const DeltaInputs in = GatherDeltaInputs(w, it.count, conv_out.data() + it.first * channels,
+                                             b.data() + it.first * nv, a.data() + it.first * nv);
+    float* out = core.data() + it.first * vd;
+    if (it.count > 1) {
+      cpu::GatedDeltaChunked(shape, it.count, in.q.data(), in.k.data(), in.v.data(), in.g.data(),
+                             in.beta.data(), delta, out);
+    } else {
+      cpu::GatedDeltaRecurrent(shape, it.count, in.q.data(), in.k.data(), in.v.data(), in.g.data(),
+                               in.beta.data(), delta, out);
+    }
+  }
+  cpu::GatedRmsNorm(core.data(), z.data(), w.gate_norm.data(), s.m * nv, w.value_dim,
+                    c.rms_norm_eps, core.data());
+  Observe(layer, LinearInput::kGdnOut, core, s.m, vd);
+  Linear(w.out, core.data(), s.h.data(), s.m, s.linears, threads);
+  AddBlockOutput({}, s);
 }
 
 void DecoderModel::Logits(const Batch& batch, Scratch& s, ThreadPool& threads,
@@ -247,7 +371,15 @@ void DecoderModel::Prepare(const Batch& batch, Scratch& s) const {
   s.v.resize(s.m * c.kv_dim());
   s.gate.resize(s.m * c.intermediate_size);
   s.up.resize(s.m * c.intermediate_size);
+  if (c.attn_output_gate) {
+    s.q_raw.resize(s.m * c.q_proj_dim());
+    s.attn_gate.resize(s.m * c.q_dim());
+  }
+  int64_t first = 0;
   for (const BatchItem& it : batch.items) {
+    const auto n = static_cast<int64_t>(it.tokens.size());
+    s.items.push_back({first, n, it.kv});
+    first += n;
     for (size_t i = 0; i < it.tokens.size(); ++i) {
       s.tokens.push_back({it.kv, it.kv->num_tokens + static_cast<int>(i)});
     }
@@ -269,6 +401,8 @@ void DecoderModel::RunLayers(int first, Scratch& s, KvBlockPool& pool, ThreadPoo
       if (const auto* a = std::get_if<AttentionBlock>(&block)) {
         RunAttention(layer, *a, s, pool, threads);
         if (hooks.on_layer_kv_written) hooks.on_layer_kv_written(a->kv_layer);
+      } else if (const auto* g = std::get_if<GatedDeltaBlock>(&block)) {
+        RunGatedDelta(layer, *g, s, pool, threads);
       } else {
         RunMlp(layer, std::get<MlpBlock>(block), s, threads);
       }

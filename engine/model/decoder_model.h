@@ -79,6 +79,12 @@ class DecoderModel : public ForwardModel {
   void RunAttention(int layer, const AttentionBlock& w, Scratch& s, KvBlockPool& pool,
                     ThreadPool& threads) const;
   void RunMlp(int layer, const MlpBlock& w, Scratch& s, ThreadPool& threads) const;
+  // Each item's tokens through the block on its sequence's state slot: the chunked form for
+  // several tokens (prefill), the recurrent step for one (decode).
+  void RunGatedDelta(int layer, const GatedDeltaBlock& w, Scratch& s, KvBlockPool& pool,
+                     ThreadPool& threads) const;
+  // The output gate's q rows ([q | gate] per head) into s.q and s.attn_gate.
+  void SplitGatedQuery(Scratch& s) const;
   // x += post_norm(h) (h alone when the block has no output norm).
   void AddBlockOutput(const std::vector<float>& post_norm, Scratch& s) const;
   void Logits(const Batch& batch, Scratch& s, ThreadPool& threads, BatchLogits* out) const;
@@ -98,6 +104,7 @@ class DecoderModel : public ForwardModel {
   std::vector<float> inv_freq_local_;  // of the local ones (AttentionBlock::local_rope)
   LinearObserver observer_;
   DecoderModelOptions options_;
+  int64_t slot_floats_ = 0;  // the program's per-sequence state (SequenceStateSpec::slot_floats)
 };
 
 }  // namespace dq

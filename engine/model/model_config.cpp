@@ -31,7 +31,8 @@ std::vector<int32_t> IdList(const nlohmann::json& v) {
 
 bool ModelConfig::llama_layer() const {
   return rope_local_theta == 0.0f && rope_linear_factor == 1.0f && attention_scale == 0.0f &&
-         sliding_window == 0 && sliding_layers.empty() && !gelu_mlp;
+         sliding_window == 0 && sliding_layers.empty() && !gelu_mlp && !attn_output_gate &&
+         rotary_dim == 0 && linear_layers.empty();
 }
 
 absl::Status ModelConfig::Validate() const {
@@ -58,6 +59,12 @@ absl::Status ModelConfig::Validate() const {
   if (head_dim % 2 != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("model config: head_dim must be even for RoPE, got ", head_dim));
+  }
+  if (rotary_dim < 0 || rotary_dim > head_dim || rotary_dim % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model config: the rotary dims (head_dim x partial_rotary_factor) must be even and at "
+        "most head_dim (",
+        head_dim, "), got ", rotary_dim));
   }
   return absl::OkStatus();
 }

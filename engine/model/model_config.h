@@ -40,12 +40,38 @@ struct ModelConfig {
   int sliding_window = 0;            // positions a sliding-window layer sees, itself included
   std::vector<bool> sliding_layers;  // per layer: sliding-window (true) or global; empty: none
   bool gelu_mlp = false;             // GeGLU (tanh GELU) instead of SwiGLU
-  QuantConfig quant;                 // how the checkpoint's linear weights are stored
+  // Qwen3.5 (set by its architecture file):
+  bool attn_output_gate = false;    // q_proj doubled: per head [q | gate], out *= sigmoid(gate)
+  int rotary_dim = 0;               // leading dims of a head that RoPE rotates; 0: head_dim
+  std::vector<bool> linear_layers;  // per layer: Gated DeltaNet (true) or attention; empty: none
+  int gdn_key_heads = 0;            // linear_num_key_heads (q and k)
+  int gdn_value_heads = 0;          // linear_num_value_heads
+  int gdn_key_dim = 0;              // linear_key_head_dim
+  int gdn_value_dim = 0;            // linear_value_head_dim
+  int gdn_conv_kernel = 0;          // linear_conv_kernel_dim
+  QuantConfig quant;                // how the checkpoint's linear weights are stored
 
   int q_dim() const { return num_heads * head_dim; }
-  // No Gemma 3 facts: what the exporters and the quantizer write (they know only this layer).
+  // No Gemma 3 or Qwen3.5 facts: what the exporters and the quantizer write (they know only this
+  // layer).
   bool llama_layer() const;
   int kv_dim() const { return num_kv_heads * head_dim; }
+  // The q projection's rows: q_dim, twice that with the output gate.
+  int q_proj_dim() const { return attn_output_gate ? 2 * q_dim() : q_dim(); }
+  int rope_dim() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
+  bool is_linear_layer(int layer) const {
+    return layer < static_cast<int>(linear_layers.size()) && linear_layers[layer];
+  }
+  // Whether sequences carry recurrent state (some layer is a Gated DeltaNet).
+  bool has_recurrent_state() const {
+    for (bool l : linear_layers) {
+      if (l) return true;
+    }
+    return false;
+  }
+  int gdn_qk_dim() const { return gdn_key_heads * gdn_key_dim; }       // q's (and k's) width
+  int gdn_v_dim() const { return gdn_value_heads * gdn_value_dim; }    // v's and z's width
+  int gdn_conv_dim() const { return 2 * gdn_qk_dim() + gdn_v_dim(); }  // conv channels: q|k|v
   // Checks internal consistency (heads divide, positive sizes); the error names the field.
   absl::Status Validate() const;
 };

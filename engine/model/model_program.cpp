@@ -7,10 +7,16 @@
 namespace dq {
 
 SequenceStateSpec ModelProgram::Finalize() {
-  int kv = 0;
+  int kv = 0, recurrent = 0;
+  int64_t offset = 0;
   for (ProgramLayer& l : layers) {
     for (Block& b : l.blocks) {
       if (auto* a = std::get_if<AttentionBlock>(&b)) a->kv_layer = kv++;
+      if (auto* g = std::get_if<GatedDeltaBlock>(&b)) {
+        g->state_layer = recurrent++;
+        g->state_offset = offset;
+        offset += g->state_floats();
+      }
     }
   }
   return state();
@@ -19,7 +25,13 @@ SequenceStateSpec ModelProgram::Finalize() {
 SequenceStateSpec ModelProgram::state() const {
   SequenceStateSpec s;
   for (const ProgramLayer& l : layers) {
-    for (const Block& b : l.blocks) s.kv_layers += std::holds_alternative<AttentionBlock>(b);
+    for (const Block& b : l.blocks) {
+      s.kv_layers += std::holds_alternative<AttentionBlock>(b);
+      if (const auto* g = std::get_if<GatedDeltaBlock>(&b)) {
+        ++s.recurrent_layers;
+        s.slot_floats += g->state_floats();
+      }
+    }
   }
   return s;
 }
@@ -29,13 +41,21 @@ absl::Status ModelProgram::RequireLlamaBlocks(std::string_view backend) const {
   for (size_t i = 0; i < layers.size() && what == nullptr; ++i) {
     for (const Block& b : layers[i].blocks) {
       const bool extended = std::visit([](const auto& blk) { return blk.extended(); }, b);
-      if (extended) what = "sandwich norms, sliding-window attention, local RoPE or GeGLU";
+      if (std::holds_alternative<GatedDeltaBlock>(b)) {
+        what = "Gated DeltaNet (linear attention) blocks (Qwen3.5)";
+        break;
+      }
+      if (extended) {
+        what =
+            "sandwich norms, sliding-window attention, local RoPE or GeGLU (Gemma 3), or an "
+            "attention output gate or partial RoPE (Qwen3.5)";
+      }
     }
   }
   if (what == nullptr) return absl::OkStatus();
   return absl::FailedPreconditionError(
-      absl::StrCat("this model's layers have ", what, " (Gemma 3), which the ",
-                   std::string(backend), " backend does not run yet; run it on the CPU backend"));
+      absl::StrCat("this model's layers have ", what, ", which the ", std::string(backend),
+                   " backend does not run yet; run it on the CPU backend"));
 }
 
 ProgramLayer AttentionMlpLayer(AttentionBlock attention, MlpBlock mlp) {

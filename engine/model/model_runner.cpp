@@ -91,6 +91,16 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   const int capacity =
       options.kv_capacity > 0 ? options.kv_capacity : std::min(config.max_context, 8192);
   kv.num_blocks = (capacity + kv.block_size - 1) / kv.block_size;
+  const SequenceStateSpec state = decode_model->program().state();
+  if (state.has_slot()) {
+    if (options.backend) {
+      return absl::UnimplementedError(
+          "this model keeps recurrent state per sequence (Gated DeltaNet layers), which only the "
+          "CPU backend runs so far; run it on the CPU backend");
+    }
+    kv.state_slot_floats = state.slot_floats;
+    kv.num_state_slots = options.state_slots > 0 ? options.state_slots : 16;
+  }
   const int threads = options.threads > 0 ? options.threads : DefaultThreadCount();
   spdlog::debug("model runner: {} layers, KV pool {} blocks x {} tokens, {} threads",
                 config.num_layers, kv.num_blocks, kv.block_size, threads);

@@ -35,6 +35,9 @@ struct ModelRunnerOptions {
   int threads = 0;         // 0: one per hardware thread
   int kv_block_size = 16;  // tokens per KV block
   int kv_capacity = 0;     // tokens the KV pool holds in all; 0: min(context, 8192)
+  // Sequences a hybrid model (one with per-sequence recurrent state) holds at once: its state
+  // slots; 0: 16. Unused by pure-attention models.
+  int state_slots = 0;
   BackendFactory backend;  // empty: the CPU backend
   // The CPU backend's prefill model (with an empty `backend`; a device backend takes its own
   // options, e.g. cuda::CudaBackendOptions::fp8_attention). Create fails with InvalidArgument

@@ -25,6 +25,8 @@ class TensorNames {
   std::string FinalNorm() const { return gguf_ ? "output_norm.weight" : "model.norm.weight"; }
   std::string LmHead() const { return gguf_ ? "output.weight" : "lm_head.weight"; }
   std::string Layer(int layer, const std::string& role) const;
+  // A bare parameter's name (no ".weight" in HF's convention: a GDN's dt_bias, A_log).
+  std::string LayerBare(int layer, const std::string& role) const;
 
  private:
   bool gguf_;
@@ -43,17 +45,42 @@ inline std::string TensorNames::Layer(int layer, const std::string& role) const 
     if (sandwich_norms_ && role == g) return absl::StrCat(hf_layers_, layer, ".", hf, ".weight");
   }
   static const std::pair<const char*, const char*> kHf[] = {
-      {"attn_norm", "input_layernorm"},    {"ffn_norm", "post_attention_layernorm"},
-      {"attn_q", "self_attn.q_proj"},      {"attn_k", "self_attn.k_proj"},
-      {"attn_v", "self_attn.v_proj"},      {"attn_output", "self_attn.o_proj"},
-      {"attn_q_norm", "self_attn.q_norm"}, {"attn_k_norm", "self_attn.k_norm"},
-      {"ffn_gate", "mlp.gate_proj"},       {"ffn_up", "mlp.up_proj"},
+      {"attn_norm", "input_layernorm"},
+      {"ffn_norm", "post_attention_layernorm"},
+      {"attn_q", "self_attn.q_proj"},
+      {"attn_k", "self_attn.k_proj"},
+      {"attn_v", "self_attn.v_proj"},
+      {"attn_output", "self_attn.o_proj"},
+      {"attn_q_norm", "self_attn.q_norm"},
+      {"attn_k_norm", "self_attn.k_norm"},
+      {"ffn_gate", "mlp.gate_proj"},
+      {"ffn_up", "mlp.up_proj"},
       {"ffn_down", "mlp.down_proj"},
+      // Qwen3.5's Gated DeltaNet (roles as llama.cpp's qwen35 GGUF names them).
+      {"attn_qkv", "linear_attn.in_proj_qkv"},
+      {"attn_gate", "linear_attn.in_proj_z"},
+      {"ssm_beta", "linear_attn.in_proj_b"},
+      {"ssm_alpha", "linear_attn.in_proj_a"},
+      {"ssm_out", "linear_attn.out_proj"},
+      {"ssm_conv1d", "linear_attn.conv1d"},
+      {"ssm_norm", "linear_attn.norm"},
   };
   for (const auto& [g, hf] : kHf) {
     if (role == g) return absl::StrCat(hf_layers_, layer, ".", hf, ".weight");
   }
   return absl::StrCat(hf_layers_, layer, ".", role, ".weight");
+}
+
+inline std::string TensorNames::LayerBare(int layer, const std::string& role) const {
+  if (gguf_) return absl::StrCat("blk.", layer, ".", role, ".weight");
+  static const std::pair<const char*, const char*> kHf[] = {
+      {"ssm_dt", "linear_attn.dt_bias"},
+      {"ssm_a", "linear_attn.A_log"},
+  };
+  for (const auto& [g, hf] : kHf) {
+    if (role == g) return absl::StrCat(hf_layers_, layer, ".", hf);
+  }
+  return absl::StrCat(hf_layers_, layer, ".", role);
 }
 
 }  // namespace dq

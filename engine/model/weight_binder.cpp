@@ -100,17 +100,23 @@ absl::StatusOr<LinearWeight> WeightBinder::Matrix(const std::string& name, int64
 }
 
 absl::StatusOr<std::vector<float>> WeightBinder::Vector(const std::string& name, int64_t n) const {
+  return Values(name, {n});
+}
+
+absl::StatusOr<std::vector<float>> WeightBinder::Values(const std::string& name,
+                                                        const std::vector<int64_t>& shape) const {
   DQ_ASSIGN_OR_RETURN(const TensorView* t, Get(name));
-  if (t->numel() != n || t->shape.size() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", name, "' has shape [", absl::StrJoin(t->shape, ", "), "], expected [", n, "]"));
+  if (t->shape != shape) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has shape [",
+                                                   absl::StrJoin(t->shape, ", "), "], expected [",
+                                                   absl::StrJoin(shape, ", "), "]"));
   }
   if (DTypeBlockElems(t->dtype) != 1 || t->dtype == DType::kI32) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor '", name, "' must be f32/f16/bf16, got ", DTypeName(t->dtype)));
   }
-  std::vector<float> v(n);
-  DequantizeRow(t->dtype, t->data, v.data(), n);
+  std::vector<float> v(t->numel());
+  DequantizeRow(t->dtype, t->data, v.data(), t->numel());
   return v;
 }
 

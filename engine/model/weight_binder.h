@@ -23,6 +23,9 @@ class WeightBinder {
   absl::StatusOr<LinearWeight> Matrix(const std::string& name, int64_t out, int64_t in) const;
   // A vector of `n` values, converted to fp32.
   absl::StatusOr<std::vector<float>> Vector(const std::string& name, int64_t n) const;
+  // A tensor of exactly `shape`, converted to fp32 (row-major).
+  absl::StatusOr<std::vector<float>> Values(const std::string& name,
+                                            const std::vector<int64_t>& shape) const;
   bool Has(const std::string& name) const { return checkpoint_.Find(name) != nullptr; }
 
  private:

@@ -1,5 +1,5 @@
-// dq-tool make-tiny: a tiny random Qwen3 or Gemma 3 checkpoint (config, safetensors, tokenizer)
-// for tests.
+// dq-tool make-tiny: a tiny random Qwen3, Gemma 3 or Qwen3.5 checkpoint (config, safetensors,
+// tokenizer) for tests.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -35,8 +35,13 @@ struct TinyOptions {
   int max_context = 4096;
   bool parallel = false;
   std::string dtype = "bf16";
-  std::string arch = "qwen3";  // or "gemma3"
+  std::string arch = "qwen3";  // or "gemma3", "qwen3_5"
   int sliding_window = 8;      // gemma3: small, so that short prompts cross it
+  // qwen3_5: the Gated DeltaNet layers' shape (three per full-attention layer).
+  int gdn_key_heads = 2;
+  int gdn_value_heads = 4;
+  int gdn_head_dim = 16;  // key and value head dim
+  int gdn_kernel = 4;
 };
 
 // Largest token id in a HF tokenizer.json, plus one.
@@ -192,6 +197,72 @@ void AddGemma3Weights(const TinyOptions& o, int vocab, TensorMaker& m) {
   }
 }
 
+// Qwen3_5ForCausalLM's text config: a full-attention layer after every three GDN layers.
+nlohmann::json MakeQwen3_5Config(const TinyOptions& o, int vocab, const nlohmann::json& tok) {
+  nlohmann::json types = nlohmann::json::array();
+  for (int i = 0; i < o.layers; ++i) {
+    types.push_back((i + 1) % 4 == 0 ? "full_attention" : "linear_attention");
+  }
+  nlohmann::json c = MakeConfig(o, vocab, tok);
+  c["architectures"] = {"Qwen3_5ForCausalLM"};
+  c["model_type"] = "qwen3_5_text";
+  c.erase("rope_theta");
+  c["layer_types"] = types;
+  c["rope_parameters"] = {
+      {"rope_type", "default"}, {"rope_theta", 10000000.0}, {"partial_rotary_factor", 0.25}};
+  c["linear_num_key_heads"] = o.gdn_key_heads;
+  c["linear_num_value_heads"] = o.gdn_value_heads;
+  c["linear_key_head_dim"] = o.gdn_head_dim;
+  c["linear_value_head_dim"] = o.gdn_head_dim;
+  c["linear_conv_kernel_dim"] = o.gdn_kernel;
+  return c;
+}
+
+// Zero-centred norms (1 + w) drawn around 0; the GDN's gated norm (w) around 1. A_log is drawn
+// so that A = exp(A_log) spreads around 1 (HF draws A in [0.01, 16]).
+void AddQwen3_5Weights(const TinyOptions& o, int vocab, TensorMaker& m) {
+  const float in_std = 1.0f / std::sqrt(static_cast<float>(o.hidden));
+  const int key_dim = o.gdn_key_heads * o.gdn_head_dim,
+            value_dim = o.gdn_value_heads * o.gdn_head_dim;
+  const int conv_dim = 2 * key_dim + value_dim;
+  m.Add("model.embed_tokens.weight", {vocab, o.hidden}, 0.0f, 0.2f);
+  m.Add("model.norm.weight", {o.hidden}, 0.0f, 0.1f);
+  for (int i = 0; i < o.layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    m.Add(p + "input_layernorm.weight", {o.hidden}, 0.0f, 0.1f);
+    m.Add(p + "post_attention_layernorm.weight", {o.hidden}, 0.0f, 0.1f);
+    const float mlp_std = 1.0f / std::sqrt(static_cast<float>(o.intermediate));
+    auto mlp = [&] {
+      m.Add(p + "mlp.gate_proj.weight", {o.intermediate, o.hidden}, 0.0f, in_std);
+      m.Add(p + "mlp.up_proj.weight", {o.intermediate, o.hidden}, 0.0f, in_std);
+      m.Add(p + "mlp.down_proj.weight", {o.hidden, o.intermediate}, 0.0f, mlp_std);
+    };
+    if ((i + 1) % 4 == 0) {
+      const std::string a = p + "self_attn.";
+      // q_proj holds [q | gate] per head.
+      m.Add(a + "q_proj.weight", {2 * o.heads * o.head_dim, o.hidden}, 0.0f, in_std);
+      m.Add(a + "k_proj.weight", {o.kv_heads * o.head_dim, o.hidden}, 0.0f, in_std);
+      m.Add(a + "v_proj.weight", {o.kv_heads * o.head_dim, o.hidden}, 0.0f, in_std);
+      m.Add(a + "o_proj.weight", {o.hidden, o.heads * o.head_dim}, 0.0f, in_std);
+      m.Add(a + "q_norm.weight", {o.head_dim}, 0.0f, 0.1f);
+      m.Add(a + "k_norm.weight", {o.head_dim}, 0.0f, 0.1f);
+      mlp();
+      continue;
+    }
+    const std::string g = p + "linear_attn.";
+    m.Add(g + "in_proj_qkv.weight", {conv_dim, o.hidden}, 0.0f, in_std);
+    m.Add(g + "in_proj_z.weight", {value_dim, o.hidden}, 0.0f, in_std);
+    m.Add(g + "in_proj_b.weight", {o.gdn_value_heads, o.hidden}, 0.0f, in_std);
+    m.Add(g + "in_proj_a.weight", {o.gdn_value_heads, o.hidden}, 0.0f, in_std);
+    m.Add(g + "conv1d.weight", {conv_dim, 1, o.gdn_kernel}, 0.0f, 0.5f);
+    m.Add(g + "dt_bias", {o.gdn_value_heads}, 1.0f, 0.1f);
+    m.Add(g + "A_log", {o.gdn_value_heads}, 0.0f, 1.0f);
+    m.Add(g + "norm.weight", {o.gdn_head_dim}, 1.0f, 0.1f);
+    m.Add(g + "out_proj.weight", {o.hidden, value_dim}, 0.0f, in_std);
+    mlp();
+  }
+}
+
 void AddWeights(const TinyOptions& o, int vocab, TensorMaker& m) {
   // Tied embeddings: 0.2 keeps the logits' spread near 1.6 so sampling is not one-hot.
   m.Add("model.embed_tokens.weight", {vocab, o.hidden}, 0.0f, 0.2f);
@@ -219,24 +290,28 @@ absl::Status MakeTiny(const TinyOptions& o) {
   const std::string chat((std::istreambuf_iterator<char>(cf)), std::istreambuf_iterator<char>());
   const int vocab = (VocabSize(tok) + 63) / 64 * 64;  // padded like real checkpoints
   fs::create_directories(o.out);
-  if (o.arch != "qwen3" && o.arch != "gemma3") {
-    return absl::InvalidArgumentError("--arch must be qwen3 or gemma3");
+  if (o.arch != "qwen3" && o.arch != "gemma3" && o.arch != "qwen3_5") {
+    return absl::InvalidArgumentError("--arch must be qwen3, gemma3 or qwen3_5");
   }
-  const bool gemma = o.arch == "gemma3";
-  std::ofstream(fs::path(o.out) / "config.json")
-      << (gemma ? MakeGemma3Config(o, vocab, tok) : MakeConfig(o, vocab, tok)).dump(2) << "\n";
+  const bool gemma = o.arch == "gemma3", qwen3_5 = o.arch == "qwen3_5";
+  const nlohmann::json config = gemma     ? MakeGemma3Config(o, vocab, tok)
+                                : qwen3_5 ? MakeQwen3_5Config(o, vocab, tok)
+                                          : MakeConfig(o, vocab, tok);
+  std::ofstream(fs::path(o.out) / "config.json") << config.dump(2) << "\n";
   fs::copy_file(o.tokenizer, fs::path(o.out) / "tokenizer.json",
                 fs::copy_options::overwrite_existing);
   nlohmann::json tok_config = {{"chat_template", chat},
                                {"eos_token", "<|im_end|>"},
                                {"pad_token", "<|endoftext|>"},
                                {"model_max_length", o.max_context}};
-  // Not Gemma's own tokenizer: without this, transformers picks GemmaTokenizer for the model type.
-  if (gemma) tok_config["tokenizer_class"] = "PreTrainedTokenizerFast";
+  // Not Gemma's (or Qwen3.5's) own tokenizer: without this, transformers picks the model type's.
+  if (gemma || qwen3_5) tok_config["tokenizer_class"] = "PreTrainedTokenizerFast";
   std::ofstream(fs::path(o.out) / "tokenizer_config.json") << tok_config.dump(2) << "\n";
   TensorMaker maker(o.seed, o.dtype == "f32" ? DType::kF32 : DType::kBF16, o.parallel);
   if (gemma) {
     AddGemma3Weights(o, vocab, maker);
+  } else if (qwen3_5) {
+    AddQwen3_5Weights(o, vocab, maker);
   } else {
     AddWeights(o, vocab, maker);
   }
@@ -249,7 +324,7 @@ absl::Status MakeTiny(const TinyOptions& o) {
 void RegisterMakeTiny(CLI::App& app, int* exit_code) {
   auto opts = std::make_shared<TinyOptions>();
   CLI::App* cmd =
-      app.add_subcommand("make-tiny", "write a tiny random Qwen3 or Gemma 3 checkpoint");
+      app.add_subcommand("make-tiny", "write a tiny random Qwen3, Gemma 3 or Qwen3.5 checkpoint");
   cmd->add_option("--out", opts->out, "output directory")->required();
   cmd->add_option("--tokenizer", opts->tokenizer, "HF tokenizer.json to copy");
   cmd->add_option("--chat-template", opts->chat_template, "Jinja chat template file");
@@ -263,8 +338,8 @@ void RegisterMakeTiny(CLI::App& app, int* exit_code) {
   cmd->add_option("--dtype", opts->dtype, "bf16 or f32");
   cmd->add_option("--max-context", opts->max_context, "max_position_embeddings (default 4096)")
       ->check(CLI::Range(16, 1 << 20));
-  cmd->add_option("--arch", opts->arch, "qwen3 (default) or gemma3")
-      ->check(CLI::IsMember({"qwen3", "gemma3"}));
+  cmd->add_option("--arch", opts->arch, "qwen3 (default), gemma3 or qwen3_5")
+      ->check(CLI::IsMember({"qwen3", "gemma3", "qwen3_5"}));
   cmd->add_option("--sliding-window", opts->sliding_window,
                   "gemma3: positions a sliding-window layer sees (default 8)")
       ->check(CLI::Range(1, 1 << 20));
@@ -278,7 +353,10 @@ void RegisterMakeTiny(CLI::App& app, int* exit_code) {
       *exit_code = 1;
       return;
     }
-    std::cout << "wrote tiny " << (opts->arch == "gemma3" ? "Gemma 3" : "Qwen3")
+    std::cout << "wrote tiny "
+              << (opts->arch == "gemma3"    ? "Gemma 3"
+                  : opts->arch == "qwen3_5" ? "Qwen3.5"
+                                            : "Qwen3")
               << " checkpoint to " << opts->out << "\n";
   });
 }

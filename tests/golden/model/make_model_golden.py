@@ -6,6 +6,9 @@ Run on the GPU machine (it has torch + transformers; the `gguf` package travels 
 or, for one model, on any machine with torch (the CPU is used when there is no GPU):
     dq-tool make-tiny --arch gemma3 --out DIR --seed 3 --layers 6 --dtype f32
     python3 tests/golden/model/make_model_golden.py --tiny-gemma3 DIR --out tests/golden/model
+(Qwen3.5 alike: make-tiny --arch qwen3_5 --seed 5 --layers 8 --dtype f32, then --tiny-qwen3_5 DIR;
+its 3 GDN layers per attention layer run HF's torch chunked/recurrent gated delta rule, the
+prompt through the chunked form (64-token chunks) and each greedy step through the recurrent one.)
 
 For each model and prompt it records the prompt ids (from HF's tokenizer), the final-position
 logits (float32, base64), and a 32-token greedy continuation computed step by step with the KV
@@ -113,6 +116,8 @@ def main():
     ap.add_argument("--tiny-qwen3", help="directory made by dq-tool make-tiny")
     ap.add_argument("--tiny-gemma3", help="directory made by dq-tool make-tiny --arch gemma3 "
                     "--seed 3 --layers 6 --dtype f32")
+    ap.add_argument("--tiny-qwen3_5", help="directory made by dq-tool make-tiny --arch qwen3_5 "
+                    "--seed 5 --layers 8 --dtype f32")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -129,6 +134,9 @@ def main():
     if a.tiny_gemma3:
         runs.append(("tiny_gemma3.json", "tiny-gemma3 (dq-tool make-tiny --arch gemma3 --seed 3 "
                      "--layers 6 --dtype f32)", a.tiny_gemma3, None, {"enable_thinking": False}))
+    if a.tiny_qwen3_5:
+        runs.append(("tiny_qwen3_5.json", "tiny-qwen3_5 (dq-tool make-tiny --arch qwen3_5 --seed 5 "
+                     "--layers 8 --dtype f32)", a.tiny_qwen3_5, None, {"enable_thinking": False}))
     if not runs:
         ap.error("name at least one model")
     for out_name, name, path, gguf_file, chat_kwargs in runs:

@@ -1,6 +1,6 @@
 // Whole-model numerics against HF transformers (fp32), from goldens committed with the script
-// that made them (tests/golden/model/make_model_golden.py, run on the GPU machine; tiny_gemma3 on
-// the dev machine's CPU with the same torch and transformers versions).
+// that made them (tests/golden/model/make_model_golden.py, run on the GPU machine; tiny_gemma3 and
+// tiny_qwen3_5 on the dev machine's CPU with the same torch and transformers versions).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -83,7 +83,7 @@ TEST_P(ModelGoldenTest, LogitsAndGreedyMatchTransformers) {
 }
 
 std::string CaseName(size_t index) {
-  static const char* const kNames[] = {"SmolLM2", "TinyQwen3", "TinyGemma3"};
+  static const char* const kNames[] = {"SmolLM2", "TinyQwen3", "TinyGemma3", "TinyQwen3_5"};
   return kNames[index];
 }
 
@@ -91,7 +91,8 @@ INSTANTIATE_TEST_SUITE_P(
     Models, ModelGoldenTest,
     ::testing::Values(GoldenCase{"smollm2.json", testing::SmolLM2Path(), 1e-2f},
                       GoldenCase{"tiny_qwen3.json", testing::TinyQwen3Path(), 1e-3f},
-                      GoldenCase{"tiny_gemma3.json", testing::TinyGemma3Path(), 1e-3f}),
+                      GoldenCase{"tiny_gemma3.json", testing::TinyGemma3Path(), 1e-3f},
+                      GoldenCase{"tiny_qwen3_5.json", testing::TinyQwen3_5Path(), 1e-3f}),
     [](const auto& info) { return CaseName(info.index); });
 
 }  // namespace

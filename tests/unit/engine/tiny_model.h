@@ -19,6 +19,8 @@ inline std::string TinyQwen3Path() {
 
 // The tiny random Gemma 3 of CTest's fixture.make_tiny_gemma3.
 inline std::string TinyGemma3Path() { return std::string(DQ_BINARY_DIR) + "/tiny-gemma3"; }
+// The tiny random Qwen3.5 of CTest's fixture.make_tiny_qwen3_5.
+inline std::string TinyQwen3_5Path() { return std::string(DQ_BINARY_DIR) + "/tiny-qwen3_5"; }
 
 inline std::string SmolLM2Path() {
   return std::string(DQ_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
