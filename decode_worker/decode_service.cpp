@@ -132,7 +132,8 @@ absl::StatusOr<DecodeJob> DecodeService::JobOf(const v1::DecodeRequest& r) const
   }
   const int room = std::max<int>(1, c.max_context - static_cast<int>(commit.num_tokens()));
   DecodeJob job;
-  DQ_ASSIGN_OR_RETURN(job.params, worker::SamplingFromProto(r.sampling(), c.vocab_size, room));
+  DQ_ASSIGN_OR_RETURN(job.params, worker::SamplingFromProto(r.sampling(), c.vocab_size, room,
+                                                            p_.model->grammars.get()));
   job.request_id = r.request_id();
   job.lease_id = commit.lease_id();
   job.num_tokens = static_cast<int>(commit.num_tokens());

@@ -109,8 +109,9 @@ absl::StatusOr<std::shared_ptr<PrefillJob>> PrefillService::MakeJob(
   const ModelConfig& c = model_.runner->config();
   const int n = request.prompt_token_ids_size();
   auto job = std::make_shared<PrefillJob>();
-  DQ_ASSIGN_OR_RETURN(job->sampling, worker::SamplingFromProto(request.sampling(), c.vocab_size,
-                                                               c.max_context - n));
+  DQ_ASSIGN_OR_RETURN(job->sampling,
+                      worker::SamplingFromProto(request.sampling(), c.vocab_size, c.max_context - n,
+                                                model_.grammars.get()));
   job->request_id = request.request_id();
   job->prompt.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
   job->logprobs = request.sampling().logprobs();

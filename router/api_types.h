@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -53,6 +54,12 @@ struct SamplingOptions {
   std::vector<int32_t> stop_token_ids;  // vLLM extension
   std::vector<std::string> stop;
   bool ignore_eos = false;  // vLLM extension
+  // OpenAI's logit_bias (token id, bias in [-100, 100]), ids ascending.
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  int min_tokens = 0;  // vLLM extension: EOS and stop ids masked until this many tokens
+  // response_format json_object / json_schema: the schema as JSON text in the client's key
+  // order (json_object: any object); empty: free text.
+  std::string json_schema;
   // dqserve extension, not a sampling parameter (no dq::SamplingParams counterpart): false opts
   // the request out of speculative decoding. The output is the same either way (the verify rule
   // is lossless); only speed and the usage's speculation counters change.

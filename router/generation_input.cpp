@@ -1,7 +1,10 @@
 #include "router/generation_input.h"
 
+#include <optional>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "engine/grammar/json_schema_compiler.h"
 #include "nlohmann/json.hpp"
 
 namespace dq::router {
@@ -27,6 +30,12 @@ void SamplingJson(const v1::SamplingParams& s, bool chat, json& body) {
   if (s.has_frequency_penalty()) body["frequency_penalty"] = s.frequency_penalty();
   if (s.has_repetition_penalty()) body["repetition_penalty"] = s.repetition_penalty();
   if (s.ignore_eos()) body["ignore_eos"] = true;
+  if (s.logit_bias_size() > 0) {
+    json bias = json::object();
+    for (const auto& [id, b] : s.logit_bias()) bias[std::to_string(id)] = b;
+    body["logit_bias"] = std::move(bias);
+  }
+  if (s.min_tokens() > 0) body["min_tokens"] = s.min_tokens();
   if (s.logprobs()) {
     if (chat) {
       body["logprobs"] = true;
@@ -38,6 +47,29 @@ void SamplingJson(const v1::SamplingParams& s, bool chat, json& body) {
     // Let the parser explain that alternatives need logprobs.
     body["top_logprobs"] = s.top_logprobs();
   }
+}
+
+// A schema the workers would refuse is a 400 here, before any worker runs; min_tokens must fit
+// in the tokens the request may generate.
+std::optional<ApiError> CheckConstraints(const SamplingOptions& s, int max_tokens) {
+  if (!s.json_schema.empty()) {
+    absl::StatusOr<grammar::Grammar> g = grammar::CompileJsonSchema(s.json_schema);
+    if (!g.ok()) {
+      return InvalidRequest("response_format",
+                            absl::StrCat("Invalid 'response_format': ", g.status().message(), "."));
+    }
+    if (s.ignore_eos) {
+      return InvalidRequest("ignore_eos",
+                            "'ignore_eos' cannot be combined with a JSON 'response_format': the "
+                            "output ends with EOS once its document is complete.");
+    }
+  }
+  if (s.min_tokens > max_tokens) {
+    return InvalidRequest("min_tokens",
+                          absl::StrCat("Invalid 'min_tokens': ", s.min_tokens, " is more than the ",
+                                       max_tokens, " tokens this request may generate."));
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -62,6 +94,7 @@ ApiResult<GenerationInput> ChatGeneration(const ChatCompletionRequest& request,
   in.max_tokens = *max_tokens;
   in.logprobs = request.logprobs;
   in.top_logprobs = request.logprobs ? request.top_logprobs : 0;
+  if (std::optional<ApiError> bad = CheckConstraints(in.sampling, in.max_tokens)) return *bad;
   return in;
 }
 
@@ -82,6 +115,7 @@ ApiResult<GenerationInput> CompletionGeneration(const CompletionRequest& request
   in.logprobs = request.logprobs.has_value();
   in.top_logprobs = request.logprobs.value_or(0);
   in.prompt_logprobs = request.echo && in.logprobs;
+  if (std::optional<ApiError> bad = CheckConstraints(in.sampling, in.max_tokens)) return *bad;
   return in;
 }
 
@@ -102,7 +136,9 @@ ApiResult<GenerationInput> GenerationFromProto(const v1::GenerateRequest& reques
       body["messages"] = std::move(messages);
       ApiResult<ChatCompletionRequest> parsed = ChatCompletionRequestFromJson(body, options);
       if (!parsed.ok()) return parsed.error();
-      return ChatGeneration(*parsed, model, request.chat().add_generation_prompt());
+      ChatCompletionRequest r = std::move(parsed).value();
+      r.sampling.json_schema = request.sampling().json_schema();  // as sent: key order kept
+      return ChatGeneration(r, model, request.chat().add_generation_prompt());
     }
     case v1::GenerateRequest::kPrompt:
       body["prompt"] = request.prompt();
@@ -118,6 +154,7 @@ ApiResult<GenerationInput> GenerationFromProto(const v1::GenerateRequest& reques
   if (!parsed.ok()) return parsed.error();
   CompletionRequest c = std::move(parsed).value();
   if (!request.sampling().has_max_tokens()) c.sampling.max_tokens.reset();
+  c.sampling.json_schema = request.sampling().json_schema();
   return CompletionGeneration(c, model);
 }
 

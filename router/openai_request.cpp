@@ -110,6 +110,67 @@ void ReadStop(FieldReader& f, const ParseOptions& options, std::vector<std::stri
   }
 }
 
+// logit_bias: {"token id": bias in [-100, 100], ...} (OpenAI's shape: ids as string keys).
+void ReadLogitBias(FieldReader& f, const ParseOptions& options,
+                   std::vector<std::pair<int32_t, float>>* out) {
+  const json* v = f.ok() ? f.Find("logit_bias") : nullptr;
+  if (v == nullptr || v->is_null()) return;
+  if (!v->is_object()) return f.Fail(WrongType("logit_bias", "an object of token id -> bias", *v));
+  const int64_t hi = options.vocab_size > 0 ? options.vocab_size - 1 : kMaxInt;
+  for (const auto& [key, bias] : v->items()) {
+    const std::string param = absl::StrCat("logit_bias.", key);
+    int64_t id = -1;
+    if (key.empty() || key.size() > 10 ||
+        key.find_first_not_of("0123456789") != std::string::npos || (id = std::stoll(key)) > hi) {
+      return f.Fail(InvalidRequest(
+          "logit_bias", absl::StrCat("Invalid 'logit_bias': '", key,
+                                     "' is not a token id of this model; keys must be token ids "
+                                     "in [0, ",
+                                     hi, "].")));
+    }
+    if (!bias.is_number() || bias.get<double>() < -100 || bias.get<double>() > 100) {
+      return f.Fail(BadValue(param, "a number in [-100, 100]", bias));
+    }
+    out->emplace_back(static_cast<int32_t>(id), bias.get<float>());
+  }
+  std::sort(out->begin(), out->end());
+}
+
+// response_format: {"type": "text"}, {"type": "json_object"} or {"type": "json_schema",
+// "json_schema": {"name": ..., "schema": {...}, "strict": ...}}. The schema itself is compiled
+// (and refused if unsupported) once the served model is known: generation_input.cpp.
+void ReadResponseFormat(FieldReader& f, std::string* schema) {
+  const json* v = f.ok() ? f.Find("response_format") : nullptr;
+  if (v == nullptr || v->is_null()) return;
+  if (!v->is_object()) return f.Fail(WrongType("response_format", "an object", *v));
+  FieldReader r(*v, "response_format.");
+  std::string type = "text";
+  r.String("type", &type);
+  if (type == "json_object") {
+    *schema = R"({"type":"object"})";
+  } else if (type == "json_schema") {
+    const json* js = r.ok() ? r.Find("json_schema") : nullptr;
+    if (js == nullptr) return f.Fail(MissingField("response_format.json_schema"));
+    if (!js->is_object()) return f.Fail(WrongType("response_format.json_schema", "an object", *js));
+    FieldReader j(*js, "response_format.json_schema.");
+    std::string name;
+    bool strict = false;
+    j.String("name", &name);
+    j.String("description", &name);
+    j.Bool("strict", &strict);
+    const json* sch = j.ok() ? j.Find("schema") : nullptr;
+    *schema = sch == nullptr ? std::string("{}") : sch->dump();
+    j.RejectUnread({});
+    if (!j.ok()) return f.Fail(j.error());
+  } else if (type != "text" && r.ok()) {
+    return f.Fail(InvalidRequest("response_format.type",
+                                 absl::StrCat("Invalid 'response_format.type': '", type,
+                                              "'; use 'text', 'json_object' or 'json_schema'.")));
+  }
+  r.RejectUnread({});
+  if (!r.ok()) f.Fail(r.error());
+}
+
 void ReadSampling(FieldReader& f, const ParseOptions& options, SamplingOptions* s) {
   f.Float("temperature", {0.0, 2.0, false, false, "[0, 2]"}, &s->temperature);
   f.Float("top_p", {0.0, 1.0, true, false, "(0, 1]"}, &s->top_p);
@@ -127,6 +188,9 @@ void ReadSampling(FieldReader& f, const ParseOptions& options, SamplingOptions* 
   }
   f.Bool("ignore_eos", &s->ignore_eos);
   f.Bool("speculative", &s->speculative);
+  f.Int("min_tokens", 0, kMaxInt, &s->min_tokens);
+  ReadLogitBias(f, options, &s->logit_bias);
+  ReadResponseFormat(f, &s->json_schema);
 }
 
 // max_tokens (and, for chat, max_completion_tokens, which OpenAI now prefers) in [1, 2^31).
@@ -194,18 +258,11 @@ void RejectUnsupported(FieldReader& f) {
     if (v->is_boolean()) return v->get<bool>();
     return !v->empty();
   };
-  if (non_empty("logit_bias")) f.Fail(Unsupported("logit_bias", "no logit biasing"));
   if (non_empty("suffix")) f.Fail(Unsupported("suffix", "no fill-in-the-middle"));
   if (non_empty("functions")) {
     f.Fail(Unsupported("functions", "the deprecated form of 'tools'; send 'tools' instead"));
   }
   if (non_empty("use_beam_search")) f.Fail(Unsupported("use_beam_search", "no beam search"));
-  const json* format = f.ok() ? f.Find("response_format") : nullptr;
-  const bool text_format = format != nullptr && format->is_object() &&
-                           (!format->contains("type") || (*format)["type"] == "text");
-  if (format != nullptr && !text_format) {
-    f.Fail(Unsupported("response_format", "no structured output; only {\"type\": \"text\"}"));
-  }
 }
 
 void ReadChatLogprobs(FieldReader& f, const ParseOptions& options, ChatCompletionRequest* r) {
@@ -265,6 +322,16 @@ void KeepClientKeyOrder(std::string_view body, ChatCompletionRequest* r) {
   nlohmann::ordered_json kwargs = ordered.at("chat_template_kwargs");
   kwargs.erase("enable_thinking");
   r->template_kwargs = std::move(kwargs);
+}
+
+// Strict schemas emit properties in declared order: take the schema from an ordered parse.
+void KeepSchemaKeyOrder(std::string_view body, SamplingOptions* s) {
+  if (s->json_schema.empty()) return;
+  const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body, nullptr, false);
+  const auto& format = ordered.at("response_format");
+  if (format.value("type", "") != "json_schema") return;
+  const auto& js = format.at("json_schema");
+  if (js.contains("schema")) s->json_schema = js.at("schema").dump();
 }
 
 }  // namespace
@@ -347,6 +414,7 @@ ApiResult<ChatCompletionRequest> ParseChatCompletionRequest(std::string_view bod
   if (!r.ok()) return r;
   ChatCompletionRequest request = std::move(r).value();
   KeepClientKeyOrder(body, &request);
+  KeepSchemaKeyOrder(body, &request.sampling);
   return request;
 }
 
@@ -354,7 +422,11 @@ ApiResult<CompletionRequest> ParseCompletionRequest(std::string_view body,
                                                     const ParseOptions& options) {
   ApiResult<json> parsed = ParseJsonBody(body, options.max_json_depth);
   if (!parsed.ok()) return parsed.error();
-  return CompletionRequestFromJson(*parsed, options);
+  ApiResult<CompletionRequest> r = CompletionRequestFromJson(*parsed, options);
+  if (!r.ok()) return r;
+  CompletionRequest request = std::move(r).value();
+  KeepSchemaKeyOrder(body, &request.sampling);
+  return request;
 }
 
 ApiError PromptTooLong(int prompt_tokens, int max_tokens, int context, ApiEndpoint endpoint) {

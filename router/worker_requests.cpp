@@ -19,6 +19,9 @@ dqserve::v1::SamplingParams ToWireSampling(const SamplingOptions& s, const WireS
   p.set_logprobs(o.logprobs);
   p.set_top_logprobs(o.logprobs ? static_cast<uint32_t>(o.top_logprobs) : 0);
   p.set_ignore_eos(s.ignore_eos);
+  for (const auto& [id, bias] : s.logit_bias) (*p.mutable_logit_bias())[id] = bias;
+  p.set_min_tokens(static_cast<uint32_t>(s.min_tokens));
+  p.set_json_schema(s.json_schema);
   return p;
 }
 

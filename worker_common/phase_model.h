@@ -7,6 +7,7 @@
 
 #include "common/device_spec.h"
 #include "common/status.h"
+#include "engine/grammar/grammar_cache.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/model_runner.h"
 #include "engine/quant/weight_codec.h"
@@ -65,6 +66,8 @@ struct PhaseModel {
   // How the KV cache meets the transports (in place on the CPU, staged on a GPU). Declared
   // after the runner, so it goes first.
   std::unique_ptr<KvStaging> kv_staging;
+  // Structured output: the request's JSON schemas compiled over this model's vocabulary.
+  std::shared_ptr<grammar::GrammarCache> grammars;
 
   const Model& phase_weights() const { return weights ? *weights : *model; }
 };

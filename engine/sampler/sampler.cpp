@@ -7,6 +7,7 @@
 #include <random>
 
 #include "common/status.h"
+#include "engine/grammar/compiled_grammar.h"
 
 namespace dq {
 namespace {
@@ -81,6 +82,38 @@ uint64_t Mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
+absl::Status ValidateConstraints(const SamplingParams& p, int vocab_size) {
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < 0 || id >= vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("logit_bias names token id ", id,
+                                                     ", which is not a token id of this model; "
+                                                     "ids must be in [0, ",
+                                                     vocab_size - 1, "]"));
+    }
+    if (!InClosed(bias, -100.0f, 100.0f)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("logit_bias of token ", id, " must be in [-100, 100], got ", bias));
+    }
+  }
+  if (p.min_tokens < 0 || p.min_tokens > p.max_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "min_tokens must be in [0, max_tokens = ", p.max_tokens, "], got ", p.min_tokens));
+  }
+  if (p.grammar != nullptr) {
+    if (p.grammar->vocab().vocab_size() != vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("the grammar was compiled for ",
+                                                     p.grammar->vocab().vocab_size(),
+                                                     " tokens but the model has ", vocab_size));
+    }
+    if (p.ignore_eos) {
+      return absl::InvalidArgumentError(
+          "ignore_eos cannot be combined with response_format: a structured output ends with "
+          "EOS once its document is complete; drop ignore_eos");
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status Validate(const SamplingParams& p, int vocab_size) {
@@ -123,7 +156,7 @@ absl::Status Validate(const SamplingParams& p, int vocab_size) {
           absl::StrCat("stop[", i, "] is empty; stop strings must be non-empty"));
     }
   }
-  return absl::OkStatus();
+  return ValidateConstraints(p, vocab_size);
 }
 
 float LogSumExp(std::span<const float> logits) {
@@ -167,6 +200,7 @@ Sampler::Sampler(const SamplingParams& params) : params_(params) {
     seed_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   }
   if (params_.top_k < 0) params_.top_k = 0;
+  if (params_.grammar != nullptr) matcher_.emplace(params_.grammar);
 }
 
 double Sampler::NextUniform() {
@@ -176,12 +210,57 @@ double Sampler::NextUniform() {
   return static_cast<double>(z >> 11) * 0x1.0p-53;
 }
 
-void Sampler::Accept(int32_t token) { ++counts_[token]; }
+void Sampler::Accept(int32_t token) {
+  ++counts_[token];
+  ++generated_;
+  // A token the grammar refuses cannot come from Sample(); should one arrive anyway (a caller
+  // feeding its own), the grammar keeps its position and the next mask still holds.
+  if (matcher_) matcher_->AcceptToken(token);
+}
 
 bool Sampler::DeviceSamplable() const {
   // The same test as ApplyPenalties' early return: exactly when it changes nothing.
   return params_.repetition_penalty == 1.0f && params_.presence_penalty == 0.0f &&
-         params_.frequency_penalty == 0.0f;
+         params_.frequency_penalty == 0.0f && params_.logit_bias.empty() &&
+         params_.min_tokens == 0 && !matcher_;
+}
+
+void Sampler::ApplyConstraints(std::span<float> logits) {
+  const auto in_row = [&](int32_t id) {
+    return id >= 0 && static_cast<size_t>(id) < logits.size();
+  };
+  for (const auto& [id, bias] : params_.logit_bias) {
+    if (in_row(id)) logits[static_cast<size_t>(id)] += bias;
+  }
+  const bool too_early = generated_ < params_.min_tokens;
+  if (!matcher_) {
+    if (!too_early) return;
+    for (int32_t id : params_.eos_token_ids) {
+      if (in_row(id)) logits[static_cast<size_t>(id)] = kNegInf;
+    }
+    for (int32_t id : params_.stop_token_ids) {
+      if (in_row(id)) logits[static_cast<size_t>(id)] = kNegInf;
+    }
+    return;
+  }
+  mask_.resize(static_cast<size_t>(matcher_->compiled().mask_words()));
+  matcher_->FillNextTokenMask(mask_);
+  const auto clear = [&](int32_t id) {
+    if (id >= 0 && static_cast<size_t>(id) < mask_.size() * 32)
+      mask_[id / 32] &= ~(1u << (id % 32));
+  };
+  if (too_early) {
+    const std::vector<uint32_t> grammar_only = mask_;
+    for (int32_t id : params_.eos_token_ids) clear(id);
+    for (int32_t id : params_.stop_token_ids) clear(id);
+    if (std::all_of(mask_.begin(), mask_.end(), [](uint32_t w) { return w == 0; })) {
+      mask_ = grammar_only;
+    }
+  }
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const bool allowed = i / 32 < mask_.size() && ((mask_[i / 32] >> (i % 32)) & 1u);
+    if (!allowed) logits[i] = kNegInf;
+  }
 }
 
 int Sampler::Count(int32_t token) const {
@@ -206,6 +285,7 @@ int32_t Sampler::Sample(std::span<float> logits) {
   // Always advance the counter, so the k-th call uses the k-th number whatever the path.
   const double u = NextUniform();
   if (logits.empty()) return 0;
+  ApplyConstraints(logits);
   ApplyPenalties(logits);
   if (params_.temperature < kGreedyTemperature) return Argmax(logits);
   if (params_.temperature != 1.0f) {

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
 
+#include "engine/grammar/grammar_matcher.h"
 #include "engine/sampler/sampling_params.h"
 
 namespace dq {
@@ -41,11 +43,11 @@ class Sampler {
 
   // Picks the next token from `logits` (one row, vocab-sized). Uses `logits` as scratch: the
   // values are changed (penalties, temperature, probabilities), so take logprobs first.
-  // Applies, in order: presence/frequency/repetition penalties over the accepted tokens,
-  // temperature, top-k, top-p, min-p, then draws u and takes the first token, in id order, whose
-  // prefix of the kept mass exceeds u * total (what engine/cuda/sampling.h's kernels do with the
-  // same u). Temperature 0 returns the argmax (lowest id on ties). The k-th call for a given
-  // seed always uses the k-th random number of that seed.
+  // Applies, in order: the constraints (ApplyConstraints), presence/frequency/repetition penalties
+  // over the accepted tokens, temperature, top-k, top-p, min-p, then draws u and takes the first
+  // token, in id order, whose prefix of the kept mass exceeds u * total (what
+  // engine/cuda/sampling.h's kernels do with the same u). Temperature 0 returns the argmax (lowest
+  // id on ties). The k-th call for a given seed always uses the k-th random number of that seed.
   int32_t Sample(std::span<float> logits);
 
   // Takes the uniform that the next Sample() call would have drawn, for a draw done elsewhere
@@ -55,11 +57,22 @@ class Sampler {
   double DrawUniform() { return NextUniform(); }
 
   // Whether a device draw gives this sampler's token: no presence/frequency/repetition
-  // penalties (the device kernels apply none; they need the accepted-token counts).
+  // penalties (the device kernels apply none; they need the accepted-token counts), no
+  // logit_bias, min_tokens or grammar (their masks are applied here, on the host row).
   bool DeviceSamplable() const;
 
-  // Records a generated token so later penalties see it.
+  // Records a generated token so later penalties see it, and advances the grammar over it.
   void Accept(int32_t token);
+
+  // The first step of Sample: adds logit_bias, masks EOS and stop ids (-inf) while fewer than
+  // min_tokens tokens were accepted, and masks every token the grammar does not allow next.
+  // Should min_tokens and the grammar together allow nothing (the document is complete early),
+  // the grammar wins: it can only end.
+  void ApplyConstraints(std::span<float> logits);
+  // The grammar position (null without a grammar).
+  const grammar::GrammarMatcher* matcher() const { return matcher_ ? &*matcher_ : nullptr; }
+  // Tokens accepted so far.
+  int generated() const { return generated_; }
 
   // Applies the presence/frequency/repetition penalties in place (the first step of Sample).
   void ApplyPenalties(std::span<float> logits) const;
@@ -99,6 +112,9 @@ class Sampler {
   std::unordered_map<int32_t, int> counts_;
   std::vector<Candidate> candidates_;  // scratch, reused across calls
   std::vector<double> bucket_mass_;    // scratch for SelectNucleus
+  std::optional<grammar::GrammarMatcher> matcher_;
+  std::vector<uint32_t> mask_;  // scratch: the grammar's allowed-token bits
+  int generated_ = 0;
 };
 
 }  // namespace dq

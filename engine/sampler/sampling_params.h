@@ -3,14 +3,19 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 
 namespace dq {
+namespace grammar {
+class CompiledGrammar;
+}
 
 // Why a sequence stopped generating. kStop: EOS, a stop token id or a stop string matched;
 // kLength: max_tokens (or the context) ran out; kAbort: the client went away or it was cancelled.
@@ -55,6 +60,19 @@ struct SamplingParams {
   std::vector<std::string> stop;
   // Keep generating past the model's EOS token.
   bool ignore_eos = false;
+  // OpenAI's logit_bias: (token id, bias in [-100, 100]) added to the raw logits before
+  // penalties and temperature (-100 in effect bans a token, +100 forces it). Logprobs stay the
+  // raw distribution's.
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  // vLLM's min_tokens: EOS (eos_token_ids) and stop_token_ids are masked until this many tokens
+  // were generated (the router does not match stop strings before that either).
+  int min_tokens = 0;
+  // What min_tokens and the grammar treat as EOS: the model's EOS ids (the worker fills them in).
+  std::vector<int32_t> eos_token_ids;
+  // Structured output: every sampled token must keep the output a prefix of a document of this
+  // grammar, and EOS is allowed only once the document is complete (null: unconstrained).
+  // Shared and immutable; each Sampler keeps its own position in it.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 };
 
 // OK if every field is in range for a model with `vocab_size` tokens; otherwise
