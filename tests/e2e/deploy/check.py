@@ -42,7 +42,9 @@ from serve_lib import (BIN, SRC, check, fail, finish, free_port, ok, post_json, 
 DEPLOY = os.path.join(SRC, "deploy")
 TOML = os.path.join(DEPLOY, "compose", "disagg.toml")
 NVLINK_TOML = os.path.join(DEPLOY, "compose", "disagg-nvlink.toml")
-BASE = [os.path.join(DEPLOY, "docker-compose.yml")]
+CPU_TOML = os.path.join(DEPLOY, "compose", "disagg-cpu.toml")
+CPU = [os.path.join(DEPLOY, "docker-compose.yml")]  # runs in Docker: deploy/compose_cpu_test.sh
+BASE = CPU + [os.path.join(DEPLOY, "docker-compose.gpu.yml")]
 TWO_DECODE = BASE + [os.path.join(DEPLOY, "docker-compose.two-decode.yml")]
 NVLINK = [os.path.join(DEPLOY, "docker-compose.nvlink.yml")]
 MODELS = os.path.join(SRC, "models")
@@ -245,14 +247,17 @@ def check_compose(name, services, roles, cfg, toml=TOML, gpus_of=GPUS):
         check(toml_mount is not None and os.path.realpath(toml_mount[0]) == toml
               and toml_mount[2], f"{name}/{n}: {os.path.relpath(toml, SRC)} mounted read-only")
         check("/models" in mounts and mounts["/models"][2], f"{name}/{n}: /models read-only")
-        # TLS between the router and the workers (deploy/make-worker-tls.sh): the files mounted
-        # read-only, the variables that point at them passed through (empty: plaintext).
+        # The worker key and TLS between the router and the workers (deploy/make-worker-tls.sh)
+        # as compose secrets, the variables pointing at them.
         env = svc.get("environment", {})
-        tls_env = (["DQ_WORKER_TLS_CA", "DQ_WORKER_TLS_NAME"] if r.role == "router"
-                   else ["DQ_WORKER_TLS_CERT", "DQ_WORKER_TLS_KEY"])
-        check("/etc/dqserve/tls" in mounts and mounts["/etc/dqserve/tls"][2]
-              and all(k in env for k in tls_env),
-              f"{name}/{n}: TLS files mounted read-only, {', '.join(tls_env)} passed through")
+        want_env = {"DQ_WORKER_KEY_FILE": "dq_worker_key"}
+        want_env.update({"DQ_WORKER_TLS_CA": "dq_worker_tls_cert"} if r.role == "router" else
+                        {"DQ_WORKER_TLS_CERT": "dq_worker_tls_cert",
+                         "DQ_WORKER_TLS_KEY": "dq_worker_tls_key"})
+        secrets = {x.get("source") if isinstance(x, dict) else x for x in svc.get("secrets", [])}
+        check(all(env.get(k) == f"/run/secrets/{v}" and v in secrets
+                  for k, v in want_env.items()),
+              f"{name}/{n}: worker key and TLS from the secrets {sorted(want_env.values())}")
         check(svc.get("restart") in ("unless-stopped", "always", "on-failure"),
               f"{name}/{n}: restart policy {svc.get('restart')}")
         devices = (svc.get("deploy", {}).get("resources", {}).get("reservations", {})
@@ -469,21 +474,25 @@ def check_dockerfile():
     m = re.search(r"apt-get install[^\n]*\\\n((?:[^\n]*\\\n)*?)\s*&&", build)
     listed = set(m.group(1).replace("\\", " ").split()) if m else set()
     # Host-only CI tools are not needed to build.
-    wanted = setup_packages() - {"docker-compose"}
+    wanted = setup_packages() - {"docker-compose", "docker.io", "debootstrap"}
     check(listed == wanted, "Dockerfile: the build stage installs scripts/setup.sh's packages"
           + ("" if listed == wanted else f" (missing {sorted(wanted - listed)}, extra "
                                          f"{sorted(listed - wanted)})"))
-    check(re.search(r"^FROM nvidia/cuda:\$\{CUDA_VERSION\}-devel-\$\{UBUNTU\} AS build", text,
+    check(re.search(r"^ARG BASE_BUILD=nvidia/cuda:\$\{CUDA_VERSION\}-devel-\$\{UBUNTU\}$", text,
                     re.M) and re.search(r"^ARG CUDA_VERSION=13\.", text, re.M)
-          and re.search(r"^FROM nvidia/cuda:\$\{CUDA_VERSION\}-runtime-\$\{UBUNTU\} AS runtime",
-                        text, re.M), "Dockerfile: CUDA 13 devel build, runtime image")
+          and re.search(r"^ARG BASE_RUNTIME=nvidia/cuda:\$\{CUDA_VERSION\}-runtime-\$\{UBUNTU\}$",
+                        text, re.M) and re.search(r"^FROM \$\{BASE_BUILD\} AS build$", text, re.M)
+          and re.search(r"^FROM \$\{BASE_RUNTIME\} AS runtime$", text, re.M),
+          "Dockerfile: CUDA 13 devel build, runtime image by default")
     targets = re.search(r'^ARG DQ_TARGETS="([^"]*)"', text, re.M)
     check(targets and set(targets.group(1).split()) == {
         "dqserve", "dq-router", "dq-prefill", "dq-decode", "dq-tool"},
         "Dockerfile: builds and ships dqserve, dq-router, dq-prefill, dq-decode, dq-tool")
-    check("--preset release-cuda" in text, "Dockerfile: builds the release-cuda preset")
+    check(re.search(r"^ARG DQ_PRESET=release-cuda$", text, re.M) and "--preset ${DQ_PRESET}" in text,
+          "Dockerfile: builds the release-cuda preset by default")
     check(re.search(r"^USER 10001", text, re.M), "Dockerfile: runs as uid 10001")
-    for src in re.findall(r"^COPY (?!--from)(\S+) ", text, re.M):
+    # (build/docker-prebuilt/: staged by build-image.sh --prebuilt; ${DQ_CONFIG}: a TOML)
+    for src in re.findall(r"^COPY (?!--from)(?!build/docker-prebuilt/)([^$\s]+) ", text, re.M):
         check(os.path.exists(os.path.join(SRC, src)), f"Dockerfile: COPY {src} exists")
     check(os.path.exists(path + ".dockerignore"), "Dockerfile.dockerignore exists")
     binaries = [os.path.join(BIN, b) for b in targets.group(1).split()] if targets else []
@@ -509,6 +518,20 @@ def main():
         print("skip: docker-compose is not installed (scripts/setup.sh installs it); the compose "
               "files are read without its validation")
     topologies = {}
+    with open(CPU_TOML) as f:
+        cpu_cfg = toml_values(f.read())
+    cpu_roles = None
+    try:
+        services = T.compose(tool, CPU)
+        cpu_roles = T.compose_roles(services)
+        check_compose("compose-cpu", services, cpu_roles, cpu_cfg, CPU_TOML, {})
+        # disagg-cpu.toml is disagg.toml with the workers on the CPU (so the loopback reference
+        # of disagg.toml, which runs on the CPU, is its reference too).
+        check({k: v for k, v in cpu_cfg.items() if k[1] != "device"} ==
+              {k: v for k, v in cfg.items() if k[1] != "device"},
+              "disagg-cpu.toml is disagg.toml but for the devices")
+    except RuntimeError as e:
+        fail(str(e))
     for name, files in (("compose", BASE), ("compose-two-decode", TWO_DECODE)):
         try:
             services = T.compose(tool, files)
@@ -546,6 +569,9 @@ def main():
     transfer = lambda n: n  # noqa: E731 - compose: a decode worker advertises its service name
     for name, roles in topologies.items():
         compare_with_reference(name, roles, ref, ref_ports, compose_resolver(roles), transfer)
+    if cpu_roles is not None:
+        compare_with_reference("compose-cpu", cpu_roles, ref, ref_ports,
+                               compose_resolver(cpu_roles), transfer)
     if nvlink_roles is not None:
         # nccl cannot run here: the children dqserve up would start, GPUs and transport as the
         # TOML says (the rewrite keeps --device).
