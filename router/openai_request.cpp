@@ -153,10 +153,10 @@ void ReadResponseFormat(FieldReader& f, std::string* schema) {
     if (js == nullptr) return f.Fail(MissingField("response_format.json_schema"));
     if (!js->is_object()) return f.Fail(WrongType("response_format.json_schema", "an object", *js));
     FieldReader j(*js, "response_format.json_schema.");
-    std::string name;
+    std::string name, description;  // read so that their types are checked; not used
     bool strict = false;
     j.String("name", &name);
-    j.String("description", &name);
+    j.String("description", &description);
     j.Bool("strict", &strict);
     const json* sch = j.ok() ? j.Find("schema") : nullptr;
     *schema = sch == nullptr ? std::string("{}") : sch->dump();

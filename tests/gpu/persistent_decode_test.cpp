@@ -9,6 +9,7 @@
 // then whole models (tiny Qwen3, and SmolLM2 quantized to int4 g64) through ModelRunner.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -229,7 +230,7 @@ INSTANTIATE_TEST_SUITE_P(Formats, PersistentDecode,
                          });
 
 // Whole models through ModelRunner: a prompt, then decode steps at batch 1 and 3, persistent
-// against kernel per op, bitwise. SmolLM2's GGUF (Q4_1) is not covered, so it is quantized to
+// against kernel per op, bitwise (bf16 decode at batch 3 within the bound above). SmolLM2's GGUF (Q4_1) is not covered, so it is quantized to
 // int4 g64 here (head_dim 64, 9 query heads over 3 KV heads); tiny Qwen3 runs as stored (bf16)
 // and as int4 g64.
 struct ModelCase {
@@ -296,7 +297,14 @@ TEST_P(PersistentDecodeModel, DecodeEqualsKernelPerOpBitwise) {
       ASSERT_EQ(lr.values.size(), lp.values.size());
       const gpu_test::Mismatch mm = gpu_test::BitwiseDiff(lr.values.data(), lp.values.data(),
                                                           static_cast<int64_t>(lr.values.size()));
-      EXPECT_EQ(mm.values, 0) << "step " << step << ": max |dlogit| " << mm.max_abs;
+      // bf16 at batch > 1: the reference takes cuBLASLt (another summation order), as above.
+      if (mc.format.empty() && batch > 1 && step > 0) {
+        float peak = 0;
+        for (float v : lr.values) peak = std::max(peak, std::fabs(v));
+        EXPECT_LE(mm.max_abs, 0.05f * peak) << "step " << step;
+      } else {
+        EXPECT_EQ(mm.values, 0) << "step " << step << ": max |dlogit| " << mm.max_abs;
+      }
       for (int i = 0; i < batch; ++i) next[i] = gpu_test::Argmax(lr.last(i, br), lr.vocab);
     }
     for (int i = 0; i < batch; ++i) {
