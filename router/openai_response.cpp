@@ -98,6 +98,8 @@ std::string Dump(const ojson& j) {
   return j.dump(-1, ' ', false, ojson::error_handler_t::replace);
 }
 
+}  // namespace
+
 std::string RandomAlphanumerics(size_t n) {
   static constexpr std::string_view kAlphabet =
       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
@@ -107,8 +109,6 @@ std::string RandomAlphanumerics(size_t n) {
   for (char& c : s) c = kAlphabet[pick(rng)];
   return s;
 }
-
-}  // namespace
 
 ResponseHeader NewResponseHeader(ApiEndpoint endpoint, std::string model) {
   const char* prefix = endpoint == ApiEndpoint::kChatCompletions ? "chatcmpl-" : "cmpl-";

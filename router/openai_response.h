@@ -44,6 +44,9 @@ struct ResponseHeader {
   std::string model;
 };
 
+// `n` random letters and digits (response and tool-call ids; not secrets).
+std::string RandomAlphanumerics(size_t n);
+
 // A fresh id ("chatcmpl-" or "cmpl-" and 24 random alphanumerics) and the current time.
 ResponseHeader NewResponseHeader(ApiEndpoint endpoint, std::string model);
 
