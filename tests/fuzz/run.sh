@@ -23,8 +23,8 @@ command -v "$cxx" >/dev/null || { echo "fuzz: $cxx not found (apt-get install cl
 launcher=$(command -v ccache || true)
 flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined
        -fno-sanitize-recover=undefined -I"$src" $(pkg-config --cflags libpcre2-8))
-sources=("$src"/router/{openai_request,json_fields,api_error,utf8}.cpp
-         "$src"/common/chat_template.cpp "$src"/common/chat_template_match.cpp
+sources=("$src"/router/{openai_request,chat_request,json_fields,api_error,utf8}.cpp
+         "$src"/common/chat_template.cpp "$src"/common/jinja/*.cpp
          "$src"/common/tokenizer/*.cpp)
 objs=()
 for f in "${sources[@]}"; do
