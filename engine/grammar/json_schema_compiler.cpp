@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "engine/grammar/extra_key_rule.h"
 #include "nlohmann/json.hpp"
 
 namespace dq::grammar {
@@ -253,6 +254,50 @@ class SchemaCompiler {
     Digits(esign, to, 1, kExpDigits);
   }
 
+  // `from` -[hex]-> ... -> `to`: `n` hex digits.
+  void Hex(int32_t from, int32_t to, int n) {
+    for (int i = 0; i < n; ++i) {
+      const int32_t next = i + 1 == n ? to : b_.NewState(b_.RuleOf(from));
+      b_.Bytes(from, '0', '9', next);
+      b_.Bytes(from, 'a', 'f', next);
+      b_.Bytes(from, 'A', 'F', next);
+      from = next;
+    }
+  }
+
+  // After "\": u and a code point that is not a surrogate, or a high surrogate followed by
+  // "\u" and a low one. A lone surrogate is valid JSON text but not a character: strict
+  // parsers (nlohmann's, Python's with surrogatepass off) refuse it, and a pair must count as
+  // one character for minLength / maxLength.
+  void UnicodeEscape(int32_t esc, int32_t to) {
+    const int32_t rule = b_.RuleOf(esc);
+    auto state = [&] { return b_.NewState(rule); };
+    const int32_t u = state();
+    b_.Byte(esc, 'u', u);
+    const int32_t plain = state();  // first digit not d/D: 3 more digits
+    b_.Bytes(u, '0', '9', plain);
+    b_.Bytes(u, 'a', 'c', plain);
+    b_.Bytes(u, 'A', 'C', plain);
+    b_.Bytes(u, 'e', 'f', plain);
+    b_.Bytes(u, 'E', 'F', plain);
+    Hex(plain, to, 3);
+    const int32_t d = state();
+    b_.Byte(u, 'd', d);
+    b_.Byte(u, 'D', d);
+    const int32_t low_half = state();  // \uD000-\uD7FF
+    b_.Bytes(d, '0', '7', low_half);
+    Hex(low_half, to, 2);
+    const int32_t high = state(), high_end = state();  // \uD800-\uDBFF
+    for (char c : std::string_view("89abAB")) b_.Byte(d, static_cast<uint8_t>(c), high);
+    Hex(high, high_end, 2);
+    const int32_t u2 = state(), d2 = state(), low = state();
+    b_.Literal(high_end, "\\u", u2);
+    b_.Byte(u2, 'd', d2);
+    b_.Byte(u2, 'D', d2);
+    for (char c : std::string_view("cdefCDEF")) b_.Byte(d2, static_cast<uint8_t>(c), low);
+    Hex(low, to, 2);
+  }
+
   // One JSON string character (an unescaped UTF-8 character or an escape) from `from` to `to`.
   void StringChar(int32_t from, int32_t to) {
     const int32_t rule = b_.RuleOf(from);
@@ -263,15 +308,7 @@ class SchemaCompiler {
     const int32_t esc = state();
     b_.Byte(from, '\\', esc);
     for (char c : std::string_view("\"\\/bfnrt")) b_.Byte(esc, static_cast<uint8_t>(c), to);
-    int32_t hex = state();
-    b_.Byte(esc, 'u', hex);
-    for (int i = 0; i < 4; ++i) {
-      const int32_t next = i == 3 ? to : state();
-      b_.Bytes(hex, '0', '9', next);
-      b_.Bytes(hex, 'a', 'f', next);
-      b_.Bytes(hex, 'A', 'F', next);
-      hex = next;
-    }
+    UnicodeEscape(esc, to);
     // Well-formed UTF-8 only (RFC 3629): no overlongs, no surrogates, nothing past U+10FFFF.
     const int32_t t1 = state(), t2 = state(), t3 = state();
     b_.Bytes(t1, 0x80, 0xBF, to);
@@ -476,11 +513,15 @@ class SchemaCompiler {
     }
     if (extra == nullptr || !(extra->is_boolean() && !extra->get<bool>())) {
       const Property p{"", extra != nullptr && extra->is_object() ? extra : nullptr, false};
+      std::vector<std::string> names;
+      for (const Property& d : props) names.push_back(d.key);
+      const int32_t key =
+          names.empty() ? StringRule(0, -1) : AddExtraKeyRule(b_, "extra key " + path, names);
       const int32_t more = b_.NewState(rule);
       for (int e = 0; e < 2; ++e) {
-        if (cur[e] >= 0) DQ_RETURN_IF_ERROR(ExtraMember(p, e == 1, path, cur[e], more));
+        if (cur[e] >= 0) DQ_RETURN_IF_ERROR(ExtraMember(p, key, e == 1, path, cur[e], more));
       }
-      DQ_RETURN_IF_ERROR(ExtraMember(p, true, path, more, more));
+      DQ_RETURN_IF_ERROR(ExtraMember(p, key, true, path, more, more));
       closers.push_back(more);
     }
     for (int32_t c : closers) {
@@ -492,9 +533,10 @@ class SchemaCompiler {
     return absl::OkStatus();
   }
 
-  // An extra member: any string key, then a value of additionalProperties' schema (or any).
-  absl::Status ExtraMember(const Property& p, bool comma, const std::string& path, int32_t from,
-                           int32_t to) {
+  // An extra member: a key of rule `key` (not a declared name), then a value of
+  // additionalProperties' schema (or any).
+  absl::Status ExtraMember(const Property& p, int32_t key, bool comma, const std::string& path,
+                           int32_t from, int32_t to) {
     const int32_t rule = b_.RuleOf(from);
     int32_t at = from;
     if (comma) {
@@ -504,7 +546,7 @@ class SchemaCompiler {
       Ws(c, at);
     }
     const int32_t key_end = b_.NewState(rule);
-    b_.Call(at, StringRule(0, -1), key_end);
+    b_.Call(at, key, key_end);
     const int32_t colon = b_.NewState(rule);
     b_.Byte(key_end, ':', colon);
     const int32_t value = b_.NewState(rule);
