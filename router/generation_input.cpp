@@ -80,7 +80,16 @@ ApiResult<GenerationInput> ChatGeneration(const ChatCompletionRequest& request,
   opts.add_generation_prompt = add_generation_prompt;
   opts.enable_thinking = request.enable_thinking;
   // tool_choice "none": the model is not told about the tools, so it answers in text.
-  if (request.tool_choice != ToolChoice::kNone) opts.tools = request.tools;
+  const bool tools = !request.tools.is_null() && request.tool_choice != ToolChoice::kNone;
+  if (tools && !model.tool_call_format) {
+    return InvalidRequest(
+        "tools", absl::StrCat("The model '", model.name,
+                              "' has no tool-call format this server recognises in its chat "
+                              "template, so its tool calls cannot be read from its output. Start "
+                              "the router with --tool-call-parser hermes|llama3_json|mistral (the "
+                              "model family's format), or send tool_choice \"none\"."));
+  }
+  if (tools) opts.tools = request.tools;
   opts.kwargs = request.template_kwargs;
   ApiResult<std::vector<int32_t>> prompt = model.ChatPrompt(request.messages, opts);
   if (!prompt.ok()) return prompt.error();
@@ -94,6 +103,8 @@ ApiResult<GenerationInput> ChatGeneration(const ChatCompletionRequest& request,
   in.max_tokens = *max_tokens;
   in.logprobs = request.logprobs;
   in.top_logprobs = request.logprobs ? request.top_logprobs : 0;
+  // The parser needs the markers even where they are special tokens.
+  if (tools) in.keep_special_ids = model.tool_marker_ids;
   if (std::optional<ApiError> bad = CheckConstraints(in.sampling, in.max_tokens)) return *bad;
   return in;
 }

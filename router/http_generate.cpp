@@ -2,12 +2,15 @@
 // (admission + prefill, whose failures still get a proper status line), then decode into one
 // JSON body or an SSE stream.
 #include <memory>
+#include <span>
+#include <string>
 #include <utility>
 
 #include "router/auth_and_limits.h"
 #include "router/generation_input.h"
 #include "router/http_server.h"
 #include "router/openai_response.h"
+#include "router/tool_call_stream.h"
 
 namespace dq::router {
 namespace {
@@ -37,18 +40,50 @@ void EndWithError(SseWriter& w, const GenerationResult& r) {
 }
 
 // The decode phase of a streamed request: each delta with text (or logprobs) as `chunk(delta)`,
-// then the finish chunk, the usage chunk and [DONE], or the error event.
-template <typename Stream, typename Chunk>
+// then `tail(result)` (what is still held back, and the finish chunk), the usage chunk and
+// [DONE], or the error event.
+template <typename Stream, typename Chunk, typename Tail>
 void StreamDecode(SseWriter& w, ActiveRequest& active, Stream& stream, bool logprobs,
-                  const Chunk& chunk) {
+                  const Chunk& chunk, const Tail& tail) {
   GenerationResult r = active.Run([&](const Delta& d) {
     if (d.text.empty() && !logprobs) return true;  // text held back: nothing to send
     return w.Write(chunk(d));
   });
   if (r.error) return EndWithError(w, r);
-  w.Write(stream.FinishChunk(r.finish_reason));
+  w.Write(tail(r));
   w.Write(stream.UsageChunk(r.usage));
   w.Write(SseDone());
+}
+
+// Content (with the delta's logprobs, which are sent even while the parser holds text back) and
+// one chunk per completed call.
+std::string ChatEvents(ChatCompletionStream& stream, ToolCallParser::Output out, bool logprobs,
+                       std::span<const TokenLogprobs> lps = {}) {
+  std::string events;
+  if (!out.content.empty() || (logprobs && !lps.empty())) {
+    events += stream.ContentChunk(out.content, lps);
+  }
+  for (const ChatToolCall& call : out.calls) events += stream.ToolCallChunk(call);
+  return events;
+}
+
+// A streamed chat completion after its role chunk.
+void StreamChat(SseWriter& w, ActiveRequest& active, ChatCompletionStream& stream,
+                ToolCallStream& tools, const Tokenizer& tok, bool logprobs) {
+  StreamDecode(
+      w, active, stream, logprobs,
+      [&](const Delta& d) {
+        return ChatEvents(stream, tools.Feed(d), logprobs, DeltaLogprobs(tok, d));
+      },
+      [&](const GenerationResult& r) {
+        return ChatEvents(stream, tools.Finish(), logprobs) +
+               stream.FinishChunk(tools.Reason(r.finish_reason));
+      });
+}
+
+void Append(ToolCallParser::Output out, ChatChoice* choice) {
+  choice->content += out.content;
+  for (ChatToolCall& call : out.calls) choice->tool_calls.push_back(std::move(call));
 }
 
 // The event stream's head (chunked for HTTP/1.1, close-delimited for 1.0: the listener's part).
@@ -88,12 +123,13 @@ void HttpServer::Chat(const HttpRequest& req, HttpResponder& res) {
   if (!active) return;
   const Tokenizer& tok = pipeline_.model().tokenizer;
   const bool logprobs = c.logprobs;
+  ToolCallStream tools = ToolCallStream::For(c, pipeline_.model());
 
   if (!c.stream) {
     ChatChoice choice;
     if (logprobs) choice.logprobs.emplace();
     GenerationResult r = active->Run([&](const Delta& d) {
-      choice.content += d.text;
+      Append(tools.Feed(d), &choice);
       if (logprobs) {
         for (const auto& lp : d.logprobs) choice.logprobs->push_back(ToTokenLogprobs(tok, lp));
       }
@@ -101,18 +137,15 @@ void HttpServer::Chat(const HttpRequest& req, HttpResponder& res) {
     });
     active.reset();  // free the slot before writing the body
     if (r.error) return res.Reply(ErrorReply(*r.error));
-    choice.finish_reason = r.finish_reason;
+    Append(tools.Finish(), &choice);
+    choice.finish_reason = tools.Reason(r.finish_reason);
     return res.Reply(
         HttpReply{200, "application/json", ChatCompletionJson(header, choice, r.usage), {}});
   }
   if (!StartSse(res)) return;
   SseWriter w{res};
   ChatCompletionStream stream(header, c.include_usage, logprobs);
-  if (w.Write(stream.RoleChunk())) {
-    StreamDecode(w, *active, stream, logprobs, [&](const Delta& d) {
-      return stream.ContentChunk(d.text, DeltaLogprobs(tok, d));
-    });
-  }
+  if (w.Write(stream.RoleChunk())) StreamChat(w, *active, stream, tools, tok, logprobs);
   active.reset();  // free the slot before the stream's end
   res.EndStream();
 }
@@ -155,8 +188,10 @@ void HttpServer::Completions(const HttpRequest& req, HttpResponder& res) {
   SseWriter w{res};
   CompletionStream stream(header, c.include_usage, logprobs);
   if (!c.echo || w.Write(stream.TextChunk(echo_text, echo_logprobs))) {
-    StreamDecode(w, *active, stream, logprobs,
-                 [&](const Delta& d) { return stream.TextChunk(d.text, DeltaLogprobs(tok, d)); });
+    StreamDecode(
+        w, *active, stream, logprobs,
+        [&](const Delta& d) { return stream.TextChunk(d.text, DeltaLogprobs(tok, d)); },
+        [&](const GenerationResult& r) { return stream.FinishChunk(r.finish_reason); });
   }
   active.reset();  // free the slot before the stream's end
   res.EndStream();

@@ -41,6 +41,7 @@ struct Flags {
   int http_threads = 64;
   std::string log_level = "info";
   bool special_tokens_in_content = false;
+  std::string tool_call_parser = "auto";
 };
 
 void AddFlags(CLI::App& app, Flags& f) {
@@ -74,6 +75,27 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_flag("--special-tokens-in-content", f.special_tokens_in_content,
                "Parse special tokens (<|im_start|>, ...) written inside chat message content; "
                "for trusted callers only: anyone else can forge turns and roles with them");
+  app.add_option("--tool-call-parser", f.tool_call_parser,
+                 "How tool calls are read from the model's output: auto (from the chat "
+                 "template), hermes, llama3_json, mistral, or none (requests with tools get 400)")
+      ->check(CLI::IsMember({"auto", "hermes", "llama3_json", "mistral", "none"}));
+}
+
+// --tool-call-parser over the format the chat template implies.
+void ApplyToolCallParser(const std::string& flag, dq::router::ServedModel& model) {
+  if (flag == "none") {
+    model.SetToolCallFormat(std::nullopt);
+  } else if (flag != "auto") {
+    model.SetToolCallFormat(*dq::router::ToolCallFormatNamed(flag));  // checked by IsMember
+  }
+  if (model.tool_call_format) {
+    spdlog::info("dq-router: tool calls read as {} ({} marker token(s) kept)",
+                 dq::router::ToolCallFormatName(*model.tool_call_format),
+                 model.tool_marker_ids.size());
+  } else {
+    spdlog::info(
+        "dq-router: no tool-call format (requests with tools get 400; see --tool-call-parser)");
+  }
 }
 
 // Blocks SIGINT/SIGTERM in every thread (call before starting any) so one thread can sigwait.
@@ -95,6 +117,7 @@ int Run(const Flags& f) {
     return 1;
   }
   model->parse_special_in_content = f.special_tokens_in_content;
+  ApplyToolCallParser(f.tool_call_parser, *model);
   spdlog::info("dq-router: model '{}' from {} (context {} tokens, vocabulary {})", model->name,
                model->path, model->max_context, model->vocab_size);
   if (f.prefill.empty() || f.decode.empty()) {

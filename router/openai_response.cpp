@@ -166,12 +166,32 @@ void PrependEcho(std::string_view prompt_text, std::vector<TokenLogprobs> prompt
   *choice->logprobs = std::move(prompt_logprobs);
 }
 
+namespace {
+
+ojson ToolCallJson(const ChatToolCall& call) {
+  ojson j;
+  j["id"] = call.id;
+  j["type"] = "function";
+  j["function"]["name"] = call.name;
+  j["function"]["arguments"] = call.arguments;
+  return j;
+}
+
+}  // namespace
+
 std::string ChatCompletionJson(const ResponseHeader& header, const ChatChoice& choice,
                                const Usage& usage) {
   ojson c;
   c["index"] = 0;
   c["message"]["role"] = "assistant";
-  c["message"]["content"] = choice.content;
+  // OpenAI: an answer that is only tool calls has content null.
+  const bool no_content = choice.content.empty() && !choice.tool_calls.empty();
+  c["message"]["content"] = no_content ? ojson(nullptr) : ojson(choice.content);
+  if (!choice.tool_calls.empty()) {
+    ojson calls = ojson::array();
+    for (const ChatToolCall& call : choice.tool_calls) calls.push_back(ToolCallJson(call));
+    c["message"]["tool_calls"] = std::move(calls);
+  }
   c["logprobs"] = choice.logprobs ? ChatLogprobsJson(*choice.logprobs) : ojson(nullptr);
   c["finish_reason"] = std::string(FinishReasonName(choice.finish_reason));
   ojson j = Envelope(header, "chat.completion");
@@ -227,6 +247,18 @@ std::string ChatCompletionStream::ContentChunk(std::string_view text,
   c["index"] = 0;
   c["delta"]["content"] = std::string(text);
   c["logprobs"] = logprobs_ ? ChatLogprobsJson(logprobs) : ojson(nullptr);
+  c["finish_reason"] = nullptr;
+  return SseData(Chunk(ojson::array({std::move(c)})));
+}
+
+std::string ChatCompletionStream::ToolCallChunk(const ChatToolCall& call) {
+  ojson entry;
+  entry["index"] = tool_calls_++;
+  for (auto& [key, value] : ToolCallJson(call).items()) entry[key] = value;
+  ojson c;
+  c["index"] = 0;
+  c["delta"]["tool_calls"] = ojson::array({std::move(entry)});
+  c["logprobs"] = nullptr;
   c["finish_reason"] = nullptr;
   return SseData(Chunk(ojson::array({std::move(c)})));
 }

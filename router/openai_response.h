@@ -3,8 +3,10 @@
 //
 // Stream shape (both endpoints), each event "data: <json>\n\n":
 //   chat: a role chunk (delta {"role":"assistant","content":""}), content chunks
-//   (delta {"content":...}), a finish chunk (delta {}, finish_reason set); completions: text
-//   chunks, then a finish chunk (text "", finish_reason set). With
+//   (delta {"content":...}), with tools one chunk per call (delta {"tool_calls": [{"index",
+//   "id", "type": "function", "function": {"name", "arguments"}}]}, the whole call at once,
+//   index counting the calls from 0), a finish chunk (delta {}, finish_reason set); completions:
+//   text chunks, then a finish chunk (text "", finish_reason set). With
 //   stream_options.include_usage every chunk carries "usage": null and a last chunk with
 //   "choices": [] carries the usage. Then "data: [DONE]\n\n".
 //
@@ -32,6 +34,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/chat_template.h"
 #include "nlohmann/json.hpp"
 #include "router/api_error.h"
 #include "router/api_types.h"
@@ -90,9 +93,10 @@ nlohmann::ordered_json CompletionLogprobsJson(std::span<const TokenLogprobs> tok
                                               size_t text_offset_start = 0);
 
 struct ChatChoice {
-  std::string content;
+  std::string content;  // with tool calls and nothing else: "content": null
   FinishReason finish_reason = FinishReason::kStop;
   std::optional<std::vector<TokenLogprobs>> logprobs;  // nullopt renders "logprobs": null
+  std::vector<ChatToolCall> tool_calls;                // message.tool_calls when non-empty
 };
 
 struct CompletionChoice {
@@ -128,6 +132,8 @@ class ChatCompletionStream {
   std::string RoleChunk() const;
   std::string ContentChunk(std::string_view text,
                            std::span<const TokenLogprobs> logprobs = {}) const;
+  // One whole call as delta.tool_calls, its index the number of calls sent before it.
+  std::string ToolCallChunk(const ChatToolCall& call);
   std::string FinishChunk(FinishReason reason) const;
   // Empty unless include_usage.
   std::string UsageChunk(const Usage& usage) const;
@@ -138,6 +144,7 @@ class ChatCompletionStream {
   ResponseHeader header_;
   bool include_usage_;
   bool logprobs_;
+  int tool_calls_ = 0;  // calls sent so far
 };
 
 // The events of one streamed completion. Keeps the text offset across chunks.

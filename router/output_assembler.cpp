@@ -46,9 +46,10 @@ std::vector<TokenLogprobs> PromptTokenLogprobs(const Tokenizer& tokenizer,
   return out;
 }
 
-OutputAssembler::OutputAssembler(Tokenizer tokenizer, std::vector<std::string> stop_strings)
+OutputAssembler::OutputAssembler(Tokenizer tokenizer, std::vector<std::string> stop_strings,
+                                 std::vector<int32_t> keep_special)
     : tokenizer_(tokenizer),
-      detokenizer_(std::move(tokenizer), /*skip_special=*/true),
+      detokenizer_(std::move(tokenizer), /*skip_special=*/true, std::move(keep_special)),
       stops_(std::move(stop_strings)) {}
 
 bool OutputAssembler::Feed(int32_t id, const v1::PositionLogprobs* logprobs, Delta* delta) {

@@ -44,7 +44,9 @@ std::vector<TokenLogprobs> PromptTokenLogprobs(
 
 class OutputAssembler {
  public:
-  OutputAssembler(Tokenizer tokenizer, std::vector<std::string> stop_strings);
+  // Special tokens are left out of the text, except `keep_special` (tool-call markers).
+  OutputAssembler(Tokenizer tokenizer, std::vector<std::string> stop_strings,
+                  std::vector<int32_t> keep_special = {});
 
   // Adds one generated token (and its logprobs, or nullptr) to `delta`. Returns true when a
   // stop string matched: the text up to it is in `delta`, and every later token is ignored.

@@ -44,6 +44,8 @@ struct GenerationInput {
   bool logprobs = false;
   int top_logprobs = 0;
   bool prompt_logprobs = false;  // echo + logprobs: one per prompt token from the second on
+  // Special tokens kept in the decoded text: the tool-call markers when the request has tools.
+  std::vector<int32_t> keep_special_ids;
   std::optional<SchedulerClock::time_point> deadline;  // the client's; the router's cap applies
 };
 

@@ -25,7 +25,20 @@ absl::StatusOr<ServedModel> ServedModel::Load(const std::string& path, std::stri
     return absl::InvalidArgumentError(
         absl::StrCat("model ", path, " declares no context length (max_position_embeddings)"));
   }
+  m.SetToolCallFormat(m.chat_template ? DetectToolCallFormat(m.chat_template->source())
+                                      : std::nullopt);
   return m;
+}
+
+void ServedModel::SetToolCallFormat(std::optional<ToolCallFormat> format) {
+  tool_call_format = format;
+  tool_marker_ids.clear();
+  if (!format) return;
+  for (const std::string& marker : ToolCallMarkers(*format)) {
+    const std::optional<int32_t> id = tokenizer.TokenToId(marker);
+    // A marker that is not one special token is ordinary text, which the detokenizer keeps.
+    if (id && tokenizer.IsSpecial(*id)) tool_marker_ids.push_back(*id);
+  }
 }
 
 ApiResult<std::vector<int32_t>> ServedModel::ChatPrompt(const std::vector<ChatMessage>& messages,

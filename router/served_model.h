@@ -13,6 +13,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "router/api_error.h"
 #include "router/api_types.h"
+#include "router/tool_call_parser.h"
 
 namespace dq::router {
 
@@ -27,6 +28,15 @@ struct ServedModel {
   // becomes control tokens in ChatPrompt. Off: content is text, so a client cannot forge turns
   // or roles; on (dq-router --special-tokens-in-content) only for callers trusted to write them.
   bool parse_special_in_content = false;
+  // How tool calls are read from the output: detected from the chat template at Load, or set by
+  // dq-router --tool-call-parser. nullopt: requests with tools are refused (400).
+  std::optional<ToolCallFormat> tool_call_format;
+  // The format's markers that are special tokens of this vocabulary (Llama's <|python_tag|>,
+  // Mistral's [TOOL_CALLS]): kept in the decoded text of requests with tools.
+  std::vector<int32_t> tool_marker_ids;
+
+  // Sets tool_call_format and resolves its marker ids once.
+  void SetToolCallFormat(std::optional<ToolCallFormat> format);
 
   // Loads `path` (HF directory or .gguf). `name` empty: the path's stem ("Qwen3-4B" for
   // /models/Qwen3-4B/ or /models/Qwen3-4B.gguf).

@@ -1,13 +1,17 @@
 #include "common/tokenizer/incremental_detokenizer.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "common/tokenizer/utf8.h"
 
 namespace dq {
 
-IncrementalDetokenizer::IncrementalDetokenizer(Tokenizer tokenizer, bool skip_special)
-    : tokenizer_(std::move(tokenizer)), skip_special_(skip_special) {
+IncrementalDetokenizer::IncrementalDetokenizer(Tokenizer tokenizer, bool skip_special,
+                                               std::vector<int32_t> keep_special)
+    : tokenizer_(std::move(tokenizer)),
+      skip_special_(skip_special),
+      keep_special_(std::move(keep_special)) {
   Reset();
 }
 
@@ -31,7 +35,10 @@ void IncrementalDetokenizer::ApplyStrip(std::string* text) {
 
 std::string IncrementalDetokenizer::Next(int32_t id) {
   if (id < 0 || id >= tokenizer_.vocab_size()) return {};
-  if (skip_special_ && tokenizer_.IsSpecial(id)) return {};
+  if (skip_special_ && tokenizer_.IsSpecial(id) &&
+      std::find(keep_special_.begin(), keep_special_.end(), id) == keep_special_.end()) {
+    return {};
+  }
   const std::string_view bytes =
       first_ ? tokenizer_.FirstTokenBytes(id) : tokenizer_.TokenBytes(id);
   first_ = false;

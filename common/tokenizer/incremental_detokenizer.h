@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/tokenizer/tokenizer.h"
 
@@ -16,8 +17,10 @@ namespace dq {
 
 class IncrementalDetokenizer {
  public:
-  // Keeps a (cheap, shared) copy of `tokenizer`.
-  explicit IncrementalDetokenizer(Tokenizer tokenizer, bool skip_special = false);
+  // Keeps a (cheap, shared) copy of `tokenizer`. `keep_special`: special ids decoded even with
+  // skip_special (the router's tool-call markers, such as Llama's <|python_tag|>).
+  explicit IncrementalDetokenizer(Tokenizer tokenizer, bool skip_special = false,
+                                  std::vector<int32_t> keep_special = {});
 
   // Feeds one id; returns the text it completed (possibly empty). Ids out of range are skipped,
   // special ids too when skip_special. Ill-formed bytes that can no longer become a character
@@ -36,6 +39,7 @@ class IncrementalDetokenizer {
  private:
   Tokenizer tokenizer_;
   bool skip_special_;
+  std::vector<int32_t> keep_special_;
   std::string pending_;
   bool first_ = true;   // No token decoded yet.
   int strip_left_ = 0;  // Leading strip_content() characters still to drop.
