@@ -181,7 +181,8 @@ class Generator {
       }
       default: {
         if (defs == nullptr) return ObjectSchema(depth, defs);
-        const std::string name = "d" + std::to_string(defs->size());
+        std::string name = "d";
+        name += std::to_string(defs->size());
         (*defs)[name] = true;  // taken before the definition, which may add its own
         (*defs)[name] = Schema(depth - 1, defs);
         return Json{{"$ref", "#/$defs/" + name}};
