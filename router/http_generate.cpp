@@ -55,35 +55,13 @@ void StreamDecode(SseWriter& w, ActiveRequest& active, Stream& stream, bool logp
   w.Write(SseDone());
 }
 
-// Content (with the delta's logprobs, which are sent even while the parser holds text back) and
-// one chunk per completed call.
-std::string ChatEvents(ChatCompletionStream& stream, ToolCallParser::Output out, bool logprobs,
-                       std::span<const TokenLogprobs> lps = {}) {
-  std::string events;
-  if (!out.content.empty() || (logprobs && !lps.empty())) {
-    events += stream.ContentChunk(out.content, lps);
-  }
-  for (const ChatToolCall& call : out.calls) events += stream.ToolCallChunk(call);
-  return events;
-}
-
-// A streamed chat completion after its role chunk.
+// A streamed chat completion after its role chunk: content and tool calls through `tools`.
 void StreamChat(SseWriter& w, ActiveRequest& active, ChatCompletionStream& stream,
                 ToolCallStream& tools, const Tokenizer& tok, bool logprobs) {
   StreamDecode(
       w, active, stream, logprobs,
-      [&](const Delta& d) {
-        return ChatEvents(stream, tools.Feed(d), logprobs, DeltaLogprobs(tok, d));
-      },
-      [&](const GenerationResult& r) {
-        return ChatEvents(stream, tools.Finish(), logprobs) +
-               stream.FinishChunk(tools.Reason(r.finish_reason));
-      });
-}
-
-void Append(ToolCallParser::Output out, ChatChoice* choice) {
-  choice->content += out.content;
-  for (ChatToolCall& call : out.calls) choice->tool_calls.push_back(std::move(call));
+      [&](const Delta& d) { return tools.Events(d, DeltaLogprobs(tok, d), stream); },
+      [&](const GenerationResult& r) { return tools.FinishEvents(r.finish_reason, stream); });
 }
 
 // The event stream's head (chunked for HTTP/1.1, close-delimited for 1.0: the listener's part).
@@ -129,7 +107,7 @@ void HttpServer::Chat(const HttpRequest& req, HttpResponder& res) {
     ChatChoice choice;
     if (logprobs) choice.logprobs.emplace();
     GenerationResult r = active->Run([&](const Delta& d) {
-      Append(tools.Feed(d), &choice);
+      tools.Add(d, &choice);
       if (logprobs) {
         for (const auto& lp : d.logprobs) choice.logprobs->push_back(ToTokenLogprobs(tok, lp));
       }
@@ -137,8 +115,7 @@ void HttpServer::Chat(const HttpRequest& req, HttpResponder& res) {
     });
     active.reset();  // free the slot before writing the body
     if (r.error) return res.Reply(ErrorReply(*r.error));
-    Append(tools.Finish(), &choice);
-    choice.finish_reason = tools.Reason(r.finish_reason);
+    tools.Finish(r.finish_reason, &choice);
     return res.Reply(
         HttpReply{200, "application/json", ChatCompletionJson(header, choice, r.usage), {}});
   }

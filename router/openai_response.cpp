@@ -254,7 +254,8 @@ std::string ChatCompletionStream::ContentChunk(std::string_view text,
 std::string ChatCompletionStream::ToolCallChunk(const ChatToolCall& call) {
   ojson entry;
   entry["index"] = tool_calls_++;
-  for (auto& [key, value] : ToolCallJson(call).items()) entry[key] = value;
+  const ojson fields = ToolCallJson(call);
+  for (const auto& [key, value] : fields.items()) entry[key] = value;
   ojson c;
   c["index"] = 0;
   c["delta"]["tool_calls"] = ojson::array({std::move(entry)});

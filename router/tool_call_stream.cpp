@@ -1,6 +1,25 @@
 #include "router/tool_call_stream.h"
 
+#include <utility>
+
 namespace dq::router {
+namespace {
+
+void Append(ToolCallParser::Output out, ChatChoice* choice) {
+  choice->content += out.content;
+  for (ChatToolCall& call : out.calls) choice->tool_calls.push_back(std::move(call));
+}
+
+std::string StreamEvents(const ToolCallParser::Output& out, std::span<const TokenLogprobs> logprobs,
+                         ChatCompletionStream& stream) {
+  std::string events;
+  if (!out.content.empty() || !logprobs.empty())
+    events += stream.ContentChunk(out.content, logprobs);
+  for (const ChatToolCall& call : out.calls) events += stream.ToolCallChunk(call);
+  return events;
+}
+
+}  // namespace
 
 ToolCallStream::ToolCallStream(std::optional<ToolCallFormat> format, int max_calls) {
   if (format) parser_.emplace(*format, max_calls);
@@ -13,14 +32,32 @@ ToolCallStream ToolCallStream::For(const ChatCompletionRequest& request, const S
   return ToolCallStream(model.tool_call_format, request.parallel_tool_calls ? 0 : 1);
 }
 
-ToolCallParser::Output ToolCallStream::Feed(const Delta& delta) {
-  if (!parser_) return {delta.text, {}};
-  return parser_->Feed(delta.text);
+ToolCallParser::Output ToolCallStream::Feed(const std::string& text) {
+  if (!parser_) return {text, {}};
+  return parser_->Feed(text);
 }
 
-ToolCallParser::Output ToolCallStream::Finish() {
+ToolCallParser::Output ToolCallStream::End() {
   if (!parser_) return {};
   return parser_->Finish();
+}
+
+void ToolCallStream::Add(const Delta& delta, ChatChoice* choice) {
+  Append(Feed(delta.text), choice);
+}
+
+void ToolCallStream::Finish(FinishReason generation, ChatChoice* choice) {
+  Append(End(), choice);
+  choice->finish_reason = Reason(generation);
+}
+
+std::string ToolCallStream::Events(const Delta& delta, std::span<const TokenLogprobs> logprobs,
+                                   ChatCompletionStream& stream) {
+  return StreamEvents(Feed(delta.text), logprobs, stream);
+}
+
+std::string ToolCallStream::FinishEvents(FinishReason generation, ChatCompletionStream& stream) {
+  return StreamEvents(End(), {}, stream) + stream.FinishChunk(Reason(generation));
 }
 
 FinishReason ToolCallStream::Reason(FinishReason generation) const {
