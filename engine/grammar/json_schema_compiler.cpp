@@ -19,7 +19,9 @@ using Json = nlohmann::ordered_json;
 
 constexpr int kIntDigits = 16;
 constexpr int kFracDigits = 16;
-constexpr int kExpDigits = 3;
+// Two exponent digits keep every number a finite double (16 digits e99 < 1.8e308): strict
+// parsers (nlohmann, serde_json, Go) refuse "1e400" as out of range.
+constexpr int kExpDigits = 2;
 
 constexpr std::string_view kAnnotations[] = {"title",    "description", "$schema",  "$id",
                                              "$comment", "default",     "examples", "deprecated",

@@ -14,10 +14,10 @@
 // What the grammar emits: declared properties in declared order (as OpenAI's strict mode emits
 // them; required ones always, optional ones may be left out), compact JSON with at most one
 // whitespace character (space or newline) after '{', '[', ',' and ':' and before '}' and ']',
-// numbers of at most 16 integer digits, 16 fraction digits and 3 exponent digits, so a model
-// cannot loop on whitespace or digits. Extra properties (when allowed) follow the declared
-// ones, never repeat a declared name and are written without escapes (extra_key_rule.h); two
-// extra properties may still share a name. \u escapes must be characters (a surrogate pair,
+// numbers of at most 16 integer digits, 16 fraction digits and 2 exponent digits (finite doubles),
+// so a model cannot loop on whitespace or digits. Extra properties (when allowed) follow the
+// declared ones, never repeat a declared name and are written without escapes (extra_key_rule.h);
+// two extra properties may still share a name. \u escapes must be characters (a surrogate pair,
 // never a lone surrogate), counted as one for minLength / maxLength.
 #pragma once
 

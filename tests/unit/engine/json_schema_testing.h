@@ -142,7 +142,9 @@ inline bool ParsesAndValidates(const Json& schema, const std::string& text) {
 
 class Generator {
  public:
-  explicit Generator(uint64_t seed) : rng_(seed) {}
+  // `bounded`: every document of the schemas is finite in length (strings and arrays have a
+  // maximum, objects no extra properties), so a random walk through the grammar ends.
+  explicit Generator(uint64_t seed, bool bounded = false) : rng_(seed), bounded_(bounded) {}
 
   int Int(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
   bool Coin(double p = 0.5) { return std::bernoulli_distribution(p)(rng_); }
@@ -162,7 +164,9 @@ class Generator {
       case 3:
         return Json{{"type", "boolean"}};
       case 4:
-        return Coin() ? Json{{"type", "null"}} : Json{{"type", Json::array({"string", "null"})}};
+        if (Coin()) return Json{{"type", "null"}};
+        if (bounded_) return Json{{"type", Json::array({"string", "null"})}, {"maxLength", 4}};
+        return Json{{"type", Json::array({"string", "null"})}};
       case 5:
         return Json{{"enum", ScalarList(Int(1, 4))}};
       case 6:
@@ -307,7 +311,7 @@ class Generator {
   Json StringSchema() {
     Json s{{"type", "string"}};
     if (Coin(0.3)) s["minLength"] = Int(0, 3);
-    if (Coin(0.3)) s["maxLength"] = s.value("minLength", 0) + Int(0, 5);
+    if (bounded_ || Coin(0.3)) s["maxLength"] = s.value("minLength", 0) + Int(0, 5);
     return s;
   }
 
@@ -350,7 +354,7 @@ class Generator {
     }
     Json s{{"type", "object"}, {"properties", props}};
     if (!required.empty()) s["required"] = required;
-    switch (Int(0, 3)) {
+    switch (bounded_ ? 0 : Int(0, 3)) {
       case 0:
       case 1:
         s["additionalProperties"] = false;
@@ -366,7 +370,7 @@ class Generator {
   Json ArraySchema(int depth, Json* defs) {
     Json s{{"type", "array"}, {"items", Schema(depth - 1, defs)}};
     if (Coin(0.5)) s["minItems"] = Int(0, 2);
-    if (Coin(0.5)) s["maxItems"] = s.value("minItems", 0) + Int(0, 3);
+    if (bounded_ || Coin(0.5)) s["maxItems"] = s.value("minItems", 0) + Int(0, 3);
     return s;
   }
 
@@ -438,6 +442,7 @@ class Generator {
   }
 
   std::mt19937_64 rng_;
+  bool bounded_;
 };
 
 }  // namespace dq::grammar::testing
