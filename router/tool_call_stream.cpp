@@ -57,7 +57,8 @@ std::string ToolCallStream::Events(const Delta& delta, std::span<const TokenLogp
 }
 
 std::string ToolCallStream::FinishEvents(FinishReason generation, ChatCompletionStream& stream) {
-  return StreamEvents(End(), {}, stream) + stream.FinishChunk(Reason(generation));
+  std::string events = StreamEvents(End(), {}, stream);  // first: the last calls set Reason
+  return events + stream.FinishChunk(Reason(generation));
 }
 
 FinishReason ToolCallStream::Reason(FinishReason generation) const {

@@ -189,6 +189,18 @@ TEST(ToolCallStreamTest, StreamedChunksMatchTheWholeAnswer) {
   }
 }
 
+TEST(ToolCallStreamTest, ACallCompletedByTheEndOfTheStreamSetsTheReason) {
+  // A stop string "</tool_call>" leaves the call unclosed: it is parsed only at the end, and the
+  // finish chunk after it must already know.
+  const ServedModel m = ToolModel();
+  const std::string unclosed = std::string(kCall).substr(0, std::string(kCall).rfind('<'));
+  const std::vector<json> events =
+      Streamed(ToolCallStream(ToolCallFormat::kHermes), Deltas(m, unclosed, m.tool_marker_ids));
+  ASSERT_EQ(events.size(), 2u);
+  ExpectWeatherCall(events[0]["choices"][0]["delta"]["tool_calls"][0]);
+  EXPECT_EQ(events[1]["choices"][0]["finish_reason"], "tool_calls");
+}
+
 TEST(ToolCallStreamTest, ACutByMaxTokensStaysLength) {
   const ServedModel m = ToolModel();
   const std::vector<Delta> deltas = Deltas(m, kCall, m.tool_marker_ids);
