@@ -120,7 +120,7 @@ void LmHead(const DecodeTask& t, Step& s, Scratch& w) {
   }
 }
 
-void RunTask(const DecodeTask& t, Step& s, Scratch& w) {
+void RunTask(const DecodeTask& t, bool rope_in_attention, Step& s, Scratch& w) {
   if (t.kind == DecodeTaskKind::kLmHead) return LmHead(t, s, w);
   const Block& block = s.p.layers[t.layer].blocks[t.block];
   if (const auto* a = std::get_if<AttentionBlock>(&block)) {
@@ -130,6 +130,7 @@ void RunTask(const DecodeTask& t, Step& s, Scratch& w) {
       case DecodeTaskKind::kRopeKv:
         return RopeKv(t, *a, s);
       case DecodeTaskKind::kAttention:
+        if (rope_in_attention) RopeKv(t, *a, s);
         return Attention(t, *a, s, w);
       default:
         return AddRows(t, a->o, s.attn, s.c.q_dim(), s, w);
@@ -162,6 +163,11 @@ absl::Status CheckStep(const DecodeSchedule& schedule, const ModelProgram& p, co
           "vocabulary");
     }
     rows += static_cast<int64_t>(it.tokens.size());
+  }
+  if (schedule.options.rope_in_attention && rows != static_cast<int64_t>(items.size())) {
+    return absl::InvalidArgumentError(
+        "a schedule with rope_in_attention runs one new token per sequence; plan verification "
+        "steps without it");
   }
   if (rows != schedule.options.rows) {
     return absl::InvalidArgumentError(
@@ -205,7 +211,7 @@ absl::Status RunDecodeSchedule(const DecodeSchedule& schedule, const ModelProgra
                counters[t.wait_counter].load(std::memory_order_acquire) < t.wait_target) {
           std::this_thread::yield();
         }
-        RunTask(t, s, w);
+        RunTask(t, schedule.options.rope_in_attention, s, w);
         counters[t.signal_counter].fetch_add(1, std::memory_order_release);
       }
     });

@@ -16,15 +16,16 @@ struct Stage {
   bool gemv;  // split into row tiles; else one task per (token, kv head) item
 };
 
-std::vector<Stage> Stages(const ModelProgram& program, const ModelConfig& c, int rows) {
+std::vector<Stage> Stages(const ModelProgram& program, const ModelConfig& c,
+                          const DecodeScheduleOptions& o) {
   std::vector<Stage> out;
-  const int64_t items = int64_t{rows} * c.num_kv_heads;
+  const int64_t items = int64_t{o.rows} * c.num_kv_heads;
   for (int l = 0; l < static_cast<int>(program.layers.size()); ++l) {
     const auto& blocks = program.layers[l].blocks;
     for (int b = 0; b < static_cast<int>(blocks.size()); ++b) {
       if (std::holds_alternative<AttentionBlock>(blocks[b])) {
         out.push_back({DecodeTaskKind::kQkv, l, b, c.q_dim() + 2 * c.kv_dim(), true});
-        out.push_back({DecodeTaskKind::kRopeKv, l, b, items, false});
+        if (!o.rope_in_attention) out.push_back({DecodeTaskKind::kRopeKv, l, b, items, false});
         out.push_back({DecodeTaskKind::kAttention, l, b, items, false});
         out.push_back({DecodeTaskKind::kO, l, b, c.hidden_size, true});
       } else {
@@ -83,7 +84,7 @@ absl::StatusOr<DecodeSchedule> PlanDecodeStep(const ModelProgram& program,
   s.options = o;
   s.queues.resize(o.workers);
   const int64_t target = int64_t{o.workers} * o.tasks_per_worker;
-  for (const Stage& st : Stages(program, config, o.rows)) {
+  for (const Stage& st : Stages(program, config, o)) {
     const int counter = s.num_counters();
     std::vector<std::pair<int64_t, int64_t>> ranges;
     if (st.gemv) {
@@ -110,7 +111,7 @@ absl::StatusOr<DecodeSchedule> PlanDecodeStep(const ModelProgram& program,
 
 absl::Status CheckDecodeSchedule(const DecodeSchedule& s, const ModelProgram& program,
                                  const ModelConfig& config) {
-  const std::vector<Stage> stages = Stages(program, config, s.options.rows);
+  const std::vector<Stage> stages = Stages(program, config, s.options);
   if (s.num_counters() != static_cast<int>(stages.size())) {
     return absl::InternalError(absl::StrCat("decode schedule: ", s.num_counters(),
                                             " stages for a program of ", stages.size()));

@@ -32,7 +32,8 @@ enum class DecodeTaskKind : uint8_t {
   kRopeKv,     // items [begin, end) of (row, kv head): QK-norm and RoPE of its q heads and k,
                // its K and V written to the row's cache slot
   kAttention,  // items [begin, end) of (row, kv head): paged attention of its q heads over the
-               // row's context (a verification row sees the rows of its sequence before it)
+               // row's context (a verification row sees the rows of its sequence before it);
+               // with rope_in_attention, the item's kRopeKv work first
   kO,          // rows [begin, end) of x += W_o · attention output
   kGateUp,     // rows [begin, end) of silu(W_gate n) * (W_up n), n = RMSNorm(x; norm)
   kDown,       // rows [begin, end) of x += W_down · that product
@@ -55,6 +56,10 @@ struct DecodeScheduleOptions {
   int tasks_per_worker = 1;  // GEMV stages: about this many tiles per worker (>= 1)
   int row_multiple = 16;     // GEMV tiles are multiples of this many rows (the int tile's 16)
   int rows = 1;              // new tokens in the step, over all its sequences (1..64)
+  // No kRopeKv stage: each kAttention task first does its item's QK-norm, RoPE and K/V write.
+  // Only for steps of one new token per sequence (a verification row's attention also reads the
+  // K/V that its sequence's earlier rows write, items of other tasks). Saves a stage per layer.
+  bool rope_in_attention = false;
 };
 
 struct DecodeSchedule {

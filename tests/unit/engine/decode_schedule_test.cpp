@@ -39,6 +39,14 @@ TEST(DecodeSchedule, CoversAStepOnceInAnOrderWorkersCannotDeadlockOn) {
       // Per layer: q|k|v, RoPE + KV, attention, o, gate|up, down; then the lm_head.
       EXPECT_EQ(s->num_counters(), 6 * m->config.num_layers + 1);
       EXPECT_EQ(s->stage_tasks[1], batch * m->config.num_kv_heads);  // one per (token, KV head)
+      // The RoPE + KV stage folded into attention: one stage fewer per layer.
+      auto fused = PlanDecodeStep(p, m->config, {workers, 2, 16, batch, true});
+      ASSERT_TRUE(fused.ok()) << fused.status();
+      EXPECT_TRUE(CheckDecodeSchedule(*fused, p, m->config).ok())
+          << CheckDecodeSchedule(*fused, p, m->config);
+      EXPECT_EQ(fused->num_counters(), 5 * m->config.num_layers + 1);
+      EXPECT_EQ(fused->tasks[fused->stage_tasks[0]].kind, DecodeTaskKind::kAttention);
+      for (const DecodeTask& t : fused->tasks) EXPECT_NE(t.kind, DecodeTaskKind::kRopeKv);
       for (const DecodeTask& t : s->tasks) {
         if (t.kind == DecodeTaskKind::kQkv && t.end < m->config.q_dim()) {
           EXPECT_EQ((t.end - t.begin) % 16, 0) << "GEMV tiles are multiples of 16 rows";
@@ -79,7 +87,8 @@ class DecodeScheduleExecutorTest : public ::testing::Test {
   // Prefills one random prompt per entry of `rows` in `runner`, then runs one pass of rows[i] new
   // tokens for sequence i both ways (DecoderModel with every row's logits; the schedule) and
   // returns the largest |Δlogit| (0 when bitwise equal).
-  double StepBothWays(ModelRunner& runner, std::vector<int> rows, int workers, uint64_t seed) {
+  double StepBothWays(ModelRunner& runner, std::vector<int> rows, int workers, uint64_t seed,
+                      bool rope_in_attention = false) {
     const DecoderModel& model =
         dynamic_cast<const DecoderModel&>(runner.forward_model(Phase::kDecode));
     const ModelConfig& c = model.config();
@@ -108,7 +117,7 @@ class DecodeScheduleExecutorTest : public ::testing::Test {
     }
     BatchLogits want;
     EXPECT_TRUE(runner.Forward(step, &want).ok());
-    auto plan = PlanDecodeStep(model.program(), c, {workers, 2, 16, total});
+    auto plan = PlanDecodeStep(model.program(), c, {workers, 2, 16, total, rope_in_attention});
     EXPECT_TRUE(plan.ok()) << plan.status();
     std::vector<float> got;
     EXPECT_TRUE(
@@ -147,6 +156,9 @@ TEST_F(DecodeScheduleExecutorTest, EqualsTheDecodeStepBitForBit) {
         SCOPED_TRACE(::testing::Message()
                      << model->path << " batch " << batch << ", " << workers << " workers");
         EXPECT_EQ(StepBothWays(**runner, std::vector<int>(batch, 1), workers, seed + batch), 0.0);
+        EXPECT_EQ(StepBothWays(**runner, std::vector<int>(batch, 1), workers, seed + batch, true),
+                  0.0)
+            << "RoPE in attention";
       }
     }
     // Batch 4 and verification passes: the reference's multi-row dot of quantized weights sums
@@ -243,6 +255,17 @@ TEST_F(DecodeScheduleExecutorTest, RefusesWhatItCannotRun) {
       cpu::RunDecodeSchedule(*plan, model.program(), m->config, bad, (*runner)->kv_pool(), &logits)
           .code(),
       absl::StatusCode::kInvalidArgument);
+  // RoPE folded into attention needs one new token per sequence: a verification pass of two
+  // rows of one sequence is refused, saying so.
+  auto fused = PlanDecodeStep(model.program(), m->config, {2, 1, 16, 2, true});
+  ASSERT_TRUE(fused.ok());
+  (*runner)->kv_pool().extend(seq, 2);
+  const int32_t two[] = {1, 2};
+  const cpu::DecodeStepItem verify[] = {{&seq, std::span(two, 2)}};
+  const absl::Status refused = cpu::RunDecodeSchedule(*fused, model.program(), m->config, verify,
+                                                      (*runner)->kv_pool(), &logits);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("one new token per sequence"), std::string::npos) << refused;
   (*runner)->kv_pool().release(seq);
 }
 
