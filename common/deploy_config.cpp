@@ -138,7 +138,16 @@ absl::Status ReadRouter(const toml::table& t, RouterConfig* c) {
   r.Get("request_timeout_ms", &c->request_timeout_ms);
   r.Get("max_body_bytes", &c->max_body_bytes);
   r.Get("special_tokens_in_content", &c->special_tokens_in_content);
-  return r.Finish();
+  r.Get("tool_call_parser", &c->tool_call_parser);
+  DQ_RETURN_IF_ERROR(r.Finish());
+  const std::string& p = c->tool_call_parser;
+  if (p != "auto" && p != "hermes" && p != "llama3_json" && p != "mistral" && p != "none") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[router] tool_call_parser must be \"auto\", \"hermes\", \"llama3_json\", \"mistral\" "
+        "or \"none\", got \"",
+        p, "\""));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ReadOdp(const toml::table& t, OdpConfig* o) {

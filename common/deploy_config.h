@@ -4,7 +4,9 @@
 //   model = "../models/SmolLM2-135M-Instruct.Q4_1.gguf"   # relative paths: to the file's folder
 //   [router]   host, port, grpc_port, api_key_env, max_in_flight, max_queue, queue_timeout_ms,
 //              request_timeout_ms, max_body_bytes, special_tokens_in_content (trusted callers
-//              only: special tokens in chat content are parsed)
+//              only: special tokens in chat content are parsed), tool_call_parser ("auto" |
+//              "hermes" | "llama3_json" | "mistral" | "none": how tool calls are read from the
+//              output; auto: from the chat template)
 //   [transfer] backend ("tcp" | "ucx" | "nccl": GPU to GPU, both workers on GPUs), io_timeout_ms
 //   [prefill]  weights, compute, device, threads, token_budget, kv_capacity, port, attention
 //              ("bf16" | "fp8": FP8 attention for compute = "w8a8"; emulated on the CPU,
@@ -49,6 +51,9 @@ struct RouterConfig {
   // dq-router --special-tokens-in-content: special-token text in chat message content becomes
   // control tokens. Only for trusted callers (they could forge turns); off: it stays text.
   bool special_tokens_in_content = false;
+  // dq-router --tool-call-parser: "auto" (the chat template's format), "hermes", "llama3_json",
+  // "mistral" or "none" (requests with tools are refused).
+  std::string tool_call_parser = "auto";
 };
 
 struct TransferConfig {

@@ -201,6 +201,9 @@ std::vector<ChildSpec> Children(const DeployConfig& c, const std::string& log_le
   }
   // Only when on, so the compose files' router command lines (which run without) stay equal.
   if (r.special_tokens_in_content) router.argv.push_back("--special-tokens-in-content");
+  if (r.tool_call_parser != "auto") {
+    router.argv.insert(router.argv.end(), {"--tool-call-parser", r.tool_call_parser});
+  }
   // The key travels in the environment, never on a command line that `ps` shows.
   const char* key = r.api_key_env.empty() ? nullptr : std::getenv(r.api_key_env.c_str());
   if (key != nullptr && *key != '\0') router.env.push_back(absl::StrCat("DQ_API_KEY=", key));

@@ -7,13 +7,17 @@ the router's parsing, special-token keeping and response shapes are checked on k
 message.tool_calls with content null and finish_reason tool_calls (or length when max_tokens
 cut the answer), delta.tool_calls chunks when streamed, parallel_tool_calls false, tool_choice
 none, the 400s for "required" / a named function, and for tools on a router started with
---tool-call-parser none. Without bias: a well-formed answer on the unmodified template."""
+--tool-call-parser none (and for `dqserve up` with [router] tool_call_parser = "none"). Without
+bias: a well-formed answer."""
 import json
 import os
 import shutil
+import signal
+import subprocess
 import tempfile
+import time
 
-from serve_lib import (TINY, Deployment, check, finish, free_port, post_json, request,
+from serve_lib import (BIN, TINY, Deployment, check, finish, free_port, post_json, request,
                        served_name, stream, wait_port, wait_until)
 
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
@@ -171,6 +175,31 @@ def check_unbiased(port, name):
           f"the tools reach the prompt ({n_tools} tokens; {n_none} with tool_choice none)")
 
 
+def check_up_config(work, model):
+    """`dqserve up` passes [router] tool_call_parser on to the router."""
+    port = free_port()
+    cfg = os.path.join(work, "up.toml")
+    with open(cfg, "w") as f:
+        f.write(f'model = "{model}"\n[router]\nport = {port}\ntool_call_parser = "none"\n'
+                f'[prefill]\nthreads = 1\nport = {free_port()}\n'
+                f'[decode]\nthreads = 1\nport = {free_port()}\n')
+    log = os.path.join(work, "up.log")
+    proc = subprocess.Popen([os.path.join(BIN, "dqserve"), "up", "--config", cfg],
+                            stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+    try:
+        end = time.time() + 180
+        while "dqserve: serving" not in open(log, errors="replace").read():
+            if proc.poll() is not None or time.time() > end:
+                raise RuntimeError("dqserve up did not start: " + open(log).read())
+            time.sleep(0.1)
+        s, r = chat(port, served_name(port), max_tokens=2)
+        check(s == 400 and "--tool-call-parser" in r.get("error", {}).get("message", ""),
+              f"dqserve up with [router] tool_call_parser = \"none\": tools get 400: {s}")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        check(proc.wait(timeout=30) == 0, "dqserve up stopped cleanly")
+
+
 def main():
     work = tempfile.mkdtemp(prefix="dq-tools-")
     try:
@@ -184,6 +213,7 @@ def main():
             check_stream(d.port, name, ids)
             check_unbiased(d.port, name)
             check_refusals(d, d.port, name, model)
+        check_up_config(work, model)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     finish()
