@@ -3,9 +3,12 @@
 //   POST /v1/completions      -> CompletionRequest
 // Every problem becomes the ApiError the client sees, naming the field (param) and saying what
 // was expected. Unknown fields are ignored, as OpenAI and vLLM do; known fields this server
-// cannot honour (n > 1, best_of > 1, logit_bias, suffix, tools, functions, a response_format
+// cannot honour (n > 1, best_of > 1, logit_bias, suffix, functions, a response_format
 // other than text) are rejected rather than silently dropped, since ignoring them would change
-// what the client gets.
+// what the client gets. Tools (router/chat_request.h) are accepted with tool_choice "auto" or
+// "none" and parallel_tool_calls; the calls are read from the output by
+// router/tool_call_parser.h (docs/serving.md). tool_choice "required" or a named function is
+// refused: forcing a call needs decoding constrained to the call's format.
 //
 // What is checked: the body is valid UTF-8 and valid JSON (an object, nested at most
 // max_json_depth deep); model is one of the served models (404 model_not_found otherwise);
