@@ -61,7 +61,33 @@ bool GrammarMatcher::AcceptToken(int32_t token) {
     history_.push_back(std::move(end));
     return true;
   }
-  return AcceptBytes(v.bytes(token));
+  return AcceptBytes(BytesOf(token));
+}
+
+std::string_view GrammarMatcher::BytesOf(int32_t token) const {
+  const TokenVocabulary& v = grammar_->vocab();
+  if (history_.size() == 1 && !v.first_bytes().empty()) {
+    const auto& first = v.first_bytes();
+    auto it = std::lower_bound(first.begin(), first.end(), token,
+                               [](const auto& f, int32_t id) { return f.first < id; });
+    if (it != first.end() && it->first == token) return it->second;
+  }
+  return v.bytes(token);
+}
+
+void GrammarMatcher::FixFirstTokenBits(std::span<uint32_t> words) {
+  if (history_.size() != 1) return;
+  const size_t mark = arena_.Mark();
+  std::vector<int32_t> out;
+  for (const auto& [id, bytes] : grammar_->vocab().first_bytes()) {
+    const uint32_t bit = 1u << (id % 32);
+    words[static_cast<size_t>(id) / 32] &= ~bit;
+    bool complete = false;
+    if (!bytes.empty() && Walk(history_.back().stacks, bytes, &out, &complete)) {
+      words[static_cast<size_t>(id) / 32] |= bit;
+    }
+  }
+  arena_.Truncate(mark);
 }
 
 void GrammarMatcher::Rollback(int n) {
@@ -73,7 +99,7 @@ bool GrammarMatcher::IsAllowed(int32_t token) {
   const TokenVocabulary& v = grammar_->vocab();
   if (IsTerminated()) return false;
   if (v.IsEos(token)) return IsComplete();
-  const std::string_view bytes = v.bytes(token);
+  const std::string_view bytes = BytesOf(token);
   if (bytes.empty()) return false;
   const size_t mark = arena_.Mark();
   std::vector<int32_t> out;
@@ -104,6 +130,7 @@ void GrammarMatcher::FillNextTokenMask(std::span<uint32_t> words) {
     }
   }
   arena_.Truncate(mark);
+  FixFirstTokenBits(words);
   if (now.complete) {
     for (int32_t id : v.eos_ids()) {
       if (id >= 0 && id < v.vocab_size()) set(id);

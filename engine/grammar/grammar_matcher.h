@@ -23,6 +23,7 @@ class GrammarMatcher {
 
   // Advances by one token. False (and nothing changes) when the grammar does not allow it
   // here. An EOS token is allowed only once the document is complete; after it nothing is.
+  // The first token counts with the bytes it writes as the first (TokenVocabulary::first_bytes).
   bool AcceptToken(int32_t token);
   // Advances by raw bytes (one history entry, as one token would be). False: not allowed.
   bool AcceptBytes(std::string_view bytes);
@@ -51,6 +52,10 @@ class GrammarMatcher {
     bool complete = false;
     bool terminated = false;
   };
+  // What `token` writes here: its first-token bytes before anything was accepted.
+  std::string_view BytesOf(int32_t token) const;
+  // Before the first token, the ids that write other bytes there get their bits from a walk.
+  void FixFirstTokenBits(std::span<uint32_t> words);
   // Walks `bytes` from `from`; the stacks after, and whether the document ends right there.
   bool Walk(std::span<const int32_t> from, std::string_view bytes, std::vector<int32_t>* out,
             bool* complete);

@@ -8,23 +8,42 @@
 namespace dq::grammar {
 
 TokenVocabulary::TokenVocabulary(std::vector<std::string> bytes_by_id, int32_t vocab_size,
-                                 std::vector<int32_t> eos_ids)
+                                 std::vector<int32_t> eos_ids,
+                                 std::vector<std::pair<int32_t, std::string>> first_bytes)
     : bytes_(std::move(bytes_by_id)),
       vocab_size_(std::max<int32_t>(vocab_size, static_cast<int32_t>(bytes_.size()))),
-      eos_ids_(std::move(eos_ids)) {
+      eos_ids_(std::move(eos_ids)),
+      first_(std::move(first_bytes)) {
   for (int32_t id : eos_ids_) {
     if (id >= 0 && static_cast<size_t>(id) < bytes_.size()) bytes_[id].clear();
   }
+  // Ids a grammar never allows stay so as the first token too.
+  std::erase_if(first_, [&](const auto& f) {
+    return f.first < 0 || static_cast<size_t>(f.first) >= bytes_.size() ||
+           bytes_[f.first].empty() || f.second == bytes_[f.first];
+  });
+  std::sort(first_.begin(), first_.end());
   BuildTrie();
 }
 
 std::shared_ptr<const TokenVocabulary> TokenVocabulary::FromTokenizer(
     const Tokenizer& tokenizer, int32_t vocab_size, std::vector<int32_t> eos_ids) {
   std::vector<std::string> bytes(static_cast<size_t>(tokenizer.vocab_size()));
+  std::vector<std::pair<int32_t, std::string>> first;
+  const std::string_view strip = tokenizer.strip_content();
   for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
-    if (!tokenizer.IsSpecial(id)) bytes[id] = std::string(tokenizer.TokenBytes(id));
+    if (tokenizer.IsSpecial(id)) continue;
+    bytes[id] = std::string(tokenizer.TokenBytes(id));
+    // What IncrementalDetokenizer writes for it first: FirstTokenBytes less the Strip
+    // decoder's leading cut (a token it strips to nothing writes nothing: never allowed).
+    std::string_view f = tokenizer.FirstTokenBytes(id);
+    for (int n = tokenizer.strip_start(); n > 0 && !strip.empty() && f.starts_with(strip); --n) {
+      f.remove_prefix(strip.size());
+    }
+    if (f != bytes[id]) first.emplace_back(id, std::string(f));
   }
-  return std::make_shared<const TokenVocabulary>(std::move(bytes), vocab_size, std::move(eos_ids));
+  return std::make_shared<const TokenVocabulary>(std::move(bytes), vocab_size, std::move(eos_ids),
+                                                 std::move(first));
 }
 
 bool TokenVocabulary::IsEos(int32_t id) const {

@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace dq {
@@ -32,11 +33,16 @@ class TokenVocabulary {
   // (special tokens, unused ids). `vocab_size` (the model's logit row, at least
   // bytes_by_id.size()) bounds every mask. `eos_ids` end generation: a grammar allows them only
   // once its document is complete.
+  // `first_bytes` (id, bytes): what an id writes instead when it is the first token of the
+  // output (a SentencePiece decoder drops the first token's leading space); only ids that differ.
   TokenVocabulary(std::vector<std::string> bytes_by_id, int32_t vocab_size,
-                  std::vector<int32_t> eos_ids);
+                  std::vector<int32_t> eos_ids,
+                  std::vector<std::pair<int32_t, std::string>> first_bytes = {});
 
   // From a tokenizer: every token that is not special, as Tokenizer::TokenBytes gives it
-  // (byte-level and <0xNN> byte-fallback tokens as their raw bytes).
+  // (byte-level and <0xNN> byte-fallback tokens as their raw bytes), and as the first token of
+  // a fresh IncrementalDetokenizer writes it (FirstTokenBytes, then the Strip decoder's cut), so
+  // a mask allows exactly the tokens whose emitted text the grammar accepts.
   static std::shared_ptr<const TokenVocabulary> FromTokenizer(const Tokenizer& tokenizer,
                                                               int32_t vocab_size,
                                                               std::vector<int32_t> eos_ids);
@@ -47,6 +53,8 @@ class TokenVocabulary {
     return id >= 0 && static_cast<size_t>(id) < bytes_.size() ? std::string_view(bytes_[id])
                                                               : std::string_view();
   }
+  // Ids whose bytes differ as the output's first token, with those bytes (sorted by id).
+  const std::vector<std::pair<int32_t, std::string>>& first_bytes() const { return first_; }
   bool IsEos(int32_t id) const;
   const std::vector<int32_t>& eos_ids() const { return eos_ids_; }
   // Node 0 is the root (the empty prefix).
@@ -61,6 +69,7 @@ class TokenVocabulary {
   std::vector<std::string> bytes_;
   int32_t vocab_size_ = 0;
   std::vector<int32_t> eos_ids_;
+  std::vector<std::pair<int32_t, std::string>> first_;
   std::vector<int32_t> sorted_;
   std::vector<TrieNode> trie_;
 };

@@ -245,17 +245,27 @@ void Sampler::ApplyConstraints(std::span<float> logits) {
   }
   mask_.resize(static_cast<size_t>(matcher_->compiled().mask_words()));
   matcher_->FillNextTokenMask(mask_);
-  const auto clear = [&](int32_t id) {
-    if (id >= 0 && static_cast<size_t>(id) < mask_.size() * 32)
-      mask_[id / 32] &= ~(1u << (id % 32));
+  const auto in_mask = [&](int32_t id) {
+    return id >= 0 && static_cast<size_t>(id) < mask_.size() * 32;
   };
+  const auto clear = [&](int32_t id) {
+    if (in_mask(id)) mask_[id / 32] &= ~(1u << (id % 32));
+  };
+  const auto none = [&] {
+    return std::all_of(mask_.begin(), mask_.end(), [](uint32_t w) { return w == 0; });
+  };
+  if (none()) {
+    // A dead end: no token of this vocabulary writes a byte the document needs (a tokenizer
+    // without byte fallback). End the sequence rather than emit a token the grammar refuses.
+    for (int32_t id : params_.eos_token_ids) {
+      if (in_mask(id)) mask_[id / 32] |= 1u << (id % 32);
+    }
+  }
   if (too_early) {
     const std::vector<uint32_t> grammar_only = mask_;
     for (int32_t id : params_.eos_token_ids) clear(id);
     for (int32_t id : params_.stop_token_ids) clear(id);
-    if (std::all_of(mask_.begin(), mask_.end(), [](uint32_t w) { return w == 0; })) {
-      mask_ = grammar_only;
-    }
+    if (none()) mask_ = grammar_only;
   }
   for (size_t i = 0; i < logits.size(); ++i) {
     const bool allowed = i / 32 < mask_.size() && ((mask_[i / 32] >> (i % 32)) & 1u);

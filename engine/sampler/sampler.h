@@ -67,7 +67,8 @@ class Sampler {
   // The first step of Sample: adds logit_bias, masks EOS and stop ids (-inf) while fewer than
   // min_tokens tokens were accepted, and masks every token the grammar does not allow next.
   // Should min_tokens and the grammar together allow nothing (the document is complete early),
-  // the grammar wins: it can only end.
+  // the grammar wins: it can only end. Should the grammar allow no token at all (a vocabulary
+  // that cannot write a byte the document needs), only EOS is left, so the sequence ends.
   void ApplyConstraints(std::span<float> logits);
   // The grammar position (null without a grammar).
   const grammar::GrammarMatcher* matcher() const { return matcher_ ? &*matcher_ : nullptr; }
