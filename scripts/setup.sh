@@ -9,6 +9,7 @@ packages=(build-essential cmake ninja-build ccache pkg-config git unzip python3 
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libspdlog-dev nlohmann-json3-dev libcpp-httplib-dev libboost-dev libcli11-dev libtomlplusplus-dev
   libpcre2-dev clang-format libgtest-dev libgmock-dev libucx-dev curl openssl python3-jinja2
+  python3-jsonschema  # judges structured output (tests/e2e/serve/structured_output.py)
   docker-compose  # CI: validates deploy/docker-compose*.yml (tests/e2e/deploy_config_test.sh)
   docker.io debootstrap)  # CI: builds and runs the CPU image (tests/e2e/deploy/compose_cpu_test.sh)
 missing=()
