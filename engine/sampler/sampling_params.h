@@ -65,7 +65,8 @@ struct SamplingParams {
   // raw distribution's.
   std::vector<std::pair<int32_t, float>> logit_bias;
   // vLLM's min_tokens: EOS (eos_token_ids) and stop_token_ids are masked until this many tokens
-  // were generated (the router does not match stop strings before that either).
+  // were generated; a stop string stops only if it ends in token min_tokens or later
+  // (StopChecker's min_tokens, which its callers must pass).
   int min_tokens = 0;
   // What min_tokens and the grammar treat as EOS: the model's EOS ids (the worker fills them in).
   std::vector<int32_t> eos_token_ids;

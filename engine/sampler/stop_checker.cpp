@@ -28,7 +28,8 @@ size_t IncompleteUtf8Tail(std::string_view s) {
 
 }  // namespace
 
-StopChecker::StopChecker(std::vector<std::string> stop_strings) {
+StopChecker::StopChecker(std::vector<std::string> stop_strings, int min_tokens)
+    : min_tokens_(min_tokens) {
   for (auto& s : stop_strings) {
     if (!s.empty()) stops_.push_back(std::move(s));
   }
@@ -55,6 +56,13 @@ StopChecker::Result StopChecker::Feed(std::string_view piece) {
     return result;
   }
   pending_.append(piece);
+  // Before min_tokens pieces a stop string is text: only a tail that may still grow into one
+  // (ending at or after the min_tokens-th piece) is held back.
+  if (++fed_ < min_tokens_) {
+    Result r = Emit();
+    early_ = pending_.size();
+    return r;
+  }
   // The match that completes first (as if the text had come one byte at a time); among those
   // ending at the same byte, the one starting first. Earlier text was searched on earlier calls,
   // and no match can start in text already emitted (such a tail would have been held back).
@@ -62,7 +70,8 @@ StopChecker::Result StopChecker::Feed(std::string_view piece) {
   size_t best_start = std::string::npos;
   const std::string* best = nullptr;
   for (const std::string& s : stops_) {
-    const size_t pos = pending_.find(s);
+    // A match must end past the text of the pieces before min_tokens.
+    const size_t pos = pending_.find(s, early_ + 1 > s.size() ? early_ + 1 - s.size() : 0);
     if (pos == std::string::npos) continue;
     const size_t end = pos + s.size();
     if (end < best_end || (end == best_end && pos < best_start)) {
@@ -79,9 +88,16 @@ StopChecker::Result StopChecker::Feed(std::string_view piece) {
     pending_.clear();
     return result;
   }
+  return Emit();
+}
+
+StopChecker::Result StopChecker::Emit() {
+  Result result;
   const size_t hold = std::max(LongestPartialMatch(), IncompleteUtf8Tail(pending_));
-  result.text = pending_.substr(0, pending_.size() - hold);
-  pending_.erase(0, pending_.size() - hold);
+  const size_t emit = pending_.size() - hold;
+  result.text = pending_.substr(0, emit);
+  pending_.erase(0, emit);
+  early_ -= std::min(early_, emit);
   return result;
 }
 

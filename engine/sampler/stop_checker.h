@@ -23,8 +23,11 @@ class StopChecker {
     std::string matched;
   };
 
-  // Empty stop strings are ignored (Validate rejects them in requests).
-  explicit StopChecker(std::vector<std::string> stop_strings);
+  // Empty stop strings are ignored (Validate rejects them in requests). With `min_tokens`
+  // (SamplingParams::min_tokens; the caller feeds one piece per generated token), a stop string
+  // stops only when it ends in the min_tokens-th piece or later, as vLLM's does; one that ends
+  // earlier is ordinary text.
+  explicit StopChecker(std::vector<std::string> stop_strings, int min_tokens = 0);
 
   // Adds `piece` to the stream. After a stop, every later call returns an empty, stopped result.
   Result Feed(std::string_view piece);
@@ -38,12 +41,17 @@ class StopChecker {
   size_t held_back() const { return pending_.size(); }
 
  private:
+  // Emits pending_ but for what may still become a stop string or an incomplete character.
+  Result Emit();
   // Length of the longest tail of pending_ that is a proper prefix of some stop string.
   size_t LongestPartialMatch() const;
 
   std::vector<std::string> stops_;
   std::string pending_;  // text received but not yet emitted
   bool stopped_ = false;
+  int min_tokens_ = 0;
+  int fed_ = 0;       // Feed calls so far
+  size_t early_ = 0;  // leading bytes of pending_ from pieces before the min_tokens-th
 };
 
 }  // namespace dq

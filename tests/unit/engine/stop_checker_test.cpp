@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/sampler/sampling_params.h"
@@ -150,6 +152,80 @@ TEST(StopCheckerTest, EmptyStopStringsIgnored) {
   auto [out, matched] = RunPieces(c, {"abc", "dxe"});
   EXPECT_EQ(out, "abcd");
   EXPECT_EQ(matched, "x");
+}
+
+TEST(StopCheckerTest, StopStringsEndingBeforeMinTokensAreText) {
+  StopChecker c({"END"}, /*min_tokens=*/3);
+  EXPECT_EQ(c.Feed("aEND").text, "aEND");  // piece 1: text
+  EXPECT_EQ(c.Feed("EN").text, "");        // piece 2: may become a stop string in piece 3
+  StopChecker::Result r = c.Feed("Dz");    // piece 3 completes it
+  EXPECT_TRUE(r.stopped);
+  EXPECT_EQ(r.text, "");
+}
+
+// The reference: the stop string occurrence that ends first (then starts first) among those
+// whose last byte is in piece min_tokens or later; the text before it, or all of it.
+std::pair<std::string, bool> Reference(const std::vector<std::string>& pieces,
+                                       const std::vector<std::string>& stops, int min_tokens) {
+  std::string text;
+  size_t before_min = 0;  // bytes in pieces 1 .. min_tokens - 1
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    text += pieces[i];
+    if (static_cast<int>(i) + 1 < min_tokens) before_min = text.size();
+  }
+  size_t best_end = std::string::npos, best_pos = 0;
+  for (const std::string& s : stops) {
+    for (size_t pos = 0; pos + s.size() <= text.size(); ++pos) {
+      const size_t end = pos + s.size();
+      if (text.compare(pos, s.size(), s) != 0 || end <= before_min) continue;
+      if (end < best_end || (end == best_end && pos < best_pos)) {
+        best_end = end;
+        best_pos = pos;
+      }
+    }
+  }
+  if (best_end == std::string::npos) return {text, false};
+  return {text.substr(0, best_pos), true};
+}
+
+TEST(StopCheckerTest, MinTokensMatchesABruteForceReference) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  auto word = [&](int lo, int hi) {
+    std::string w;
+    for (int n = std::uniform_int_distribution<int>(lo, hi)(rng); n > 0; --n) w += "ab"[rng() % 2];
+    return w;
+  };
+  int stopped = 0, cases = 0;
+  for (int round = 0; round < 3000; ++round) {
+    std::vector<std::string> stops, pieces;
+    for (int i = 1 + static_cast<int>(rng() % 3); i > 0; --i) stops.push_back(word(1, 4));
+    for (int i = 1 + static_cast<int>(rng() % 8); i > 0; --i) pieces.push_back(word(0, 3));
+    const int min_tokens = static_cast<int>(rng() % 10);
+    StopChecker c(stops, min_tokens);
+    std::string out;
+    bool got_stop = false;
+    for (const std::string& p : pieces) {
+      StopChecker::Result r = c.Feed(p);
+      out += r.text;
+      if (r.stopped) {
+        got_stop = true;
+        break;
+      }
+    }
+    if (!got_stop) out += c.Flush();
+    const auto [want, want_stop] = Reference(pieces, stops, min_tokens);
+    ASSERT_EQ(got_stop, want_stop)
+        << "min_tokens " << min_tokens << " pieces " << ::testing::PrintToString(pieces)
+        << " stops " << ::testing::PrintToString(stops);
+    ASSERT_EQ(out, want) << "min_tokens " << min_tokens << " pieces "
+                         << ::testing::PrintToString(pieces);
+    stopped += got_stop;
+    ++cases;
+  }
+  EXPECT_GT(stopped, 0);
+  EXPECT_GT(cases - stopped, 0);
 }
 
 TEST(FinishReasonTest, Names) {
