@@ -23,14 +23,15 @@ using nlohmann::json;
 constexpr char kCall[] =
     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
 
-// The test tokenizer with <tool_call> and </tool_call> as special added tokens (real Qwen
-// vocabularies add them too; Llama's and Mistral's markers are special there).
-Tokenizer ToolTokenizer() {
+// The test tokenizer with `markers` as special added tokens (by default <tool_call> and
+// </tool_call>, as real Qwen vocabularies add them; Llama's and Mistral's markers are special
+// there too).
+Tokenizer ToolTokenizer(std::vector<std::string> markers = {"<tool_call>", "</tool_call>"}) {
   std::ifstream f(std::string(DQ_SOURCE_DIR) + "/tests/golden/tokenizer/qwen-style/tokenizer.json");
   json j = json::parse(std::string(std::istreambuf_iterator<char>(f), {}));
   int next = 0;
   for (const json& t : j["added_tokens"]) next = std::max(next, t["id"].get<int>() + 1);
-  for (const char* marker : {"<tool_call>", "</tool_call>"}) {
+  for (const std::string& marker : markers) {
     j["added_tokens"].push_back({{"id", next++},
                                  {"content", marker},
                                  {"single_word", false},
@@ -268,6 +269,43 @@ TEST(ToolCallStreamTest, ToolsNeedAKnownFormatAndKeepItsMarkers) {
   EXPECT_NE(refused.error().message.find("--tool-call-parser"), std::string::npos);
   EXPECT_TRUE(ChatGeneration(Request({{"tool_choice", "none"}}), m).ok());
   EXPECT_TRUE(ChatGeneration(Request({{"tools", nullptr}}), m).ok());
+}
+
+TEST(ToolCallStreamTest, LlamaAndMistralMarkersAreKeptToo) {
+  struct Case {
+    ToolCallFormat format;
+    std::vector<std::string> markers;
+    std::string text;
+    size_t id_size;
+  };
+  const Case cases[] = {
+      {ToolCallFormat::kLlama3Json,
+       {"<|python_tag|>"},
+       "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
+       29},
+      {ToolCallFormat::kMistral,
+       {"[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"},
+       "[TOOL_CALLS]get_weather[CALL_ID]abcdefghi[ARGS]{\"city\": \"Paris\"}",
+       9},
+  };
+  for (const Case& c : cases) {
+    ServedModel m = TestModel(4096);
+    m.tokenizer = ToolTokenizer(c.markers);
+    m.SetToolCallFormat(c.format);
+    ASSERT_EQ(m.tool_marker_ids.size(), c.markers.size()) << ToolCallFormatName(c.format);
+    const ChatChoice kept = Whole(ToolCallStream(c.format), Deltas(m, c.text, m.tool_marker_ids));
+    ASSERT_EQ(kept.tool_calls.size(), 1u) << c.text;
+    EXPECT_EQ(kept.tool_calls[0].name, "get_weather");
+    EXPECT_EQ(kept.tool_calls[0].arguments, R"({"city":"Paris"})");
+    EXPECT_EQ(kept.tool_calls[0].id.size(), c.id_size);
+    EXPECT_EQ(kept.content, "");
+    EXPECT_EQ(kept.finish_reason, FinishReason::kToolCalls);
+    // The markers skipped as other special tokens are: Mistral's call is lost (Llama's bare
+    // JSON is a call of its own).
+    if (c.format == ToolCallFormat::kMistral) {
+      EXPECT_TRUE(Whole(ToolCallStream(c.format), Deltas(m, c.text, {})).tool_calls.empty());
+    }
+  }
 }
 
 TEST(ToolCallStreamTest, MarkersThatAreTextNeedNoIds) {
