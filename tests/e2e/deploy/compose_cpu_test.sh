@@ -14,8 +14,9 @@
 #     /health with both workers serving, the greedy answer equal to dqserve up's, 401 without
 #     the key and with a wrong one, no port published but the router's 8000.
 #  5. Decode crash: SIGKILL of the decode container's process from the host, as the OOM killer
-#     would (`docker exec ... kill -9 1` cannot: a PID namespace's init ignores SIGKILL from
-#     inside it): the restart policy restarts it and the same answer comes back.
+#     would (`docker exec ... kill -9 1` cannot: a PID namespace's init ignores SIGKILL sent from
+#     inside it; tried, the process runs on): the restart policy restarts it, the same answer
+#     comes back.
 #  6. `docker kill` of the decode container: moby counts it as a manual stop and the restart
 #     policy does NOT restart it (the test reports what it saw within 10 s, and fails on neither);
 #     `compose start decode` brings it back and the same answer comes back.
