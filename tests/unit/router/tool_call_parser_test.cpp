@@ -22,7 +22,7 @@ struct Parsed {
 };
 
 // Feeds `pieces` one after another, then Finish; returns everything that came out.
-Parsed Run(ToolCallFormat format, const std::vector<std::string>& pieces, int max_calls = 0) {
+Parsed Parse(ToolCallFormat format, const std::vector<std::string>& pieces, int max_calls = 0) {
   ToolCallParser parser(format, max_calls);
   Parsed p;
   auto take = [&](ToolCallParser::Output out) {
@@ -36,7 +36,7 @@ Parsed Run(ToolCallFormat format, const std::vector<std::string>& pieces, int ma
 }
 
 Parsed RunWhole(ToolCallFormat format, const std::string& text, int max_calls = 0) {
-  return Run(format, {text}, max_calls);
+  return Parse(format, {text}, max_calls);
 }
 
 std::vector<std::string> Chars(const std::string& text) {
@@ -70,14 +70,14 @@ void ExpectSame(const Parsed& a, const Parsed& b, const std::string& what) {
 // One piece, one byte at a time, every two-piece split and random splits give the same result.
 Parsed RunAllSplits(ToolCallFormat format, const std::string& text, int max_calls = 0) {
   const Parsed whole = RunWhole(format, text, max_calls);
-  ExpectSame(whole, Run(format, Chars(text), max_calls), "one char at a time: " + text);
+  ExpectSame(whole, Parse(format, Chars(text), max_calls), "one char at a time: " + text);
   for (size_t cut = 0; cut <= text.size(); ++cut) {
-    ExpectSame(whole, Run(format, {text.substr(0, cut), text.substr(cut)}, max_calls),
+    ExpectSame(whole, Parse(format, {text.substr(0, cut), text.substr(cut)}, max_calls),
                "split at " + std::to_string(cut) + ": " + text);
   }
   std::mt19937 rng(static_cast<uint32_t>(text.size()));
   for (int i = 0; i < 20; ++i) {
-    ExpectSame(whole, Run(format, RandomSplit(text, rng), max_calls), "random split: " + text);
+    ExpectSame(whole, Parse(format, RandomSplit(text, rng), max_calls), "random split: " + text);
   }
   return whole;
 }
@@ -257,6 +257,45 @@ TEST(ToolCallParserTest, MaxCallsOneDropsLaterCalls) {
     EXPECT_EQ(one.content, "");
     EXPECT_EQ(RunWhole(format, text).calls.size(), 2u) << text;
   }
+}
+
+// Random texts stitched from the formats' fragments (markers, JSON pieces, whitespace, text):
+// any split of a text gives the one-piece result, and a text with no call comes back whole.
+TEST(ToolCallParserTest, RandomFragmentTextsSplitAnywhereAndLoseNothing) {
+  // clang-format off
+  const std::vector<std::string> fragments = {
+      "<tool_call>", "</tool_call>", "<tool", "_call>", "<|python_tag|>", "<|py", "[TOOL_CALLS]",
+      "[TOOL", "[ARGS]", "[CALL_ID]", "{", "}", "[", "]", "\"name\": \"f\"", "\"name\"", ": ",
+      ", ", "\"arguments\": ", "\"parameters\": ", "{}", "\"x\"", "1", ";", " ", "\n", "\\",
+      "\"", "f", "word", "\xC3\xA9",
+      // whole calls of each format, so that some texts hold a few
+      "<tool_call>{\"name\": \"f\"}</tool_call>", "{\"name\": \"f\", \"parameters\": {}}",
+      "[TOOL_CALLS]f[ARGS]{}", "[TOOL_CALLS][{\"name\": \"f\"}]"};
+  // clang-format on
+  std::mt19937 rng(7);
+  int with_calls = 0;
+  int without = 0;
+  for (ToolCallFormat f :
+       {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json, ToolCallFormat::kMistral}) {
+    for (int i = 0; i < 400; ++i) {
+      std::string text;
+      const int n = std::uniform_int_distribution<int>(1, 12)(rng);
+      for (int k = 0; k < n; ++k) {
+        text += fragments[std::uniform_int_distribution<size_t>(0, fragments.size() - 1)(rng)];
+      }
+      const Parsed whole = RunWhole(f, text);
+      ExpectSame(whole, Parse(f, Chars(text)), "one char at a time: " + text);
+      for (int r = 0; r < 3; ++r) ExpectSame(whole, Parse(f, RandomSplit(text, rng)), text);
+      if (whole.calls.empty()) {
+        EXPECT_EQ(whole.content, text) << ToolCallFormatName(f);
+        ++without;
+      } else {
+        ++with_calls;
+      }
+    }
+  }
+  EXPECT_GT(without, 100);
+  EXPECT_GT(with_calls, 0);  // the fragments do make calls now and then
 }
 
 bool Alphanumeric(const std::string& s) {
