@@ -77,6 +77,13 @@ def check_whole(port, name, ids):
     check(s == 200 and msg.get("content") is None and len(calls) == 1
           and well_formed_call(calls[0]) and r["choices"][0]["finish_reason"] == "tool_calls",
           f"a call: content null, one well-formed call, finish_reason tool_calls: {s} {r}")
+    # Round trip: the answer goes back as the assistant turn, with the tool's result after it.
+    if s == 200 and calls:
+        history = [{"role": "user", "content": "Weather in Paris?"}, msg,
+                   {"role": "tool", "tool_call_id": calls[0]["id"], "content": '{"temp_c": 21}'}]
+        s2, r2 = chat(port, name, messages=history, max_tokens=2)
+        grew = r2.get("usage", {}).get("prompt_tokens", 0) > r["usage"]["prompt_tokens"] + 20
+        check(s2 == 200 and grew, f"the call and its result go back into the prompt: {s2} {r2}")
     # max_tokens 2: two calls back to back, cut by max_tokens, so "length".
     s, r = chat(port, name, logit_bias=bias, max_tokens=2)
     calls = r["choices"][0]["message"].get("tool_calls") or [] if s == 200 else []
