@@ -3,14 +3,21 @@ decode workers) on the tiny random Qwen3. Judged by Python's json and the jsonsc
 (not our code): every json_schema answer sampled at temperature 1, over several seeds, fixed
 and random schemas, plain and streamed, parses (no duplicate keys) and validates; json_object
 answers that finish are objects; a +100 logit_bias forces its token; min_tokens holds a forced
-EOS back; a bad schema or bias is a 400 with an OpenAI-style error naming the field."""
+EOS back; a bad schema or bias is a 400 with an OpenAI-style error naming the field; and the
+fixed schemas once more through `dqserve up`."""
 import json
 import os
 import random
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
 
 import jsonschema
 
-from serve_lib import TINY, Deployment, check, finish, post_json, served_name, stream
+from serve_lib import (BIN, TINY, Deployment, check, finish, free_port, post_json, served_name,
+                       stream)
 
 CHAT = "/v1/chat/completions"
 RANDOM_SCHEMAS = 100  # issue 26 asks for 100 random schemas of depth <= 3
@@ -211,6 +218,41 @@ def check_errors(port, name):
     check(s == 200, f"the server still serves after the 400s: {s}")
 
 
+def check_up(seed):
+    """The same through `dqserve up` (its config, its supervised processes)."""
+    work = tempfile.mkdtemp(prefix="dq-structured-")
+    port = free_port()
+    cfg = os.path.join(work, "up.toml")
+    with open(cfg, "w") as f:
+        f.write(f'model = "{TINY}"\n[router]\nport = {port}\n'
+                f'[prefill]\nthreads = 1\nport = {free_port()}\n'
+                f'[decode]\nthreads = 1\nport = {free_port()}\n')
+    log = os.path.join(work, "up.log")
+    proc = subprocess.Popen([os.path.join(BIN, "dqserve"), "up", "--config", cfg],
+                            stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+    try:
+        end = time.time() + 180
+        while "dqserve: serving" not in open(log, errors="replace").read():
+            if proc.poll() is not None or time.time() > end:
+                raise RuntimeError("dqserve up did not start: " + open(log).read())
+            time.sleep(0.1)
+        name, good = served_name(port), 0
+        for i, schema in enumerate(SCHEMAS):
+            s, r = post_json(port, CHAT, {"model": name, "messages": MSGS, "temperature": 1,
+                                          "seed": seed + i, "max_tokens": 400,
+                                          "response_format": schema_format(schema)})
+            text = r["choices"][0]["message"]["content"] if s == 200 else ""
+            ok, why = valid(schema, text)
+            good += ok
+            if not ok:
+                check(False, f"dqserve up json_schema answer {i}: {s} {why} {text[:200]!r}")
+        check(good == len(SCHEMAS), f"dqserve up: {good}/{len(SCHEMAS)} json_schema answers valid")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        check(proc.wait(timeout=30) == 0, "dqserve up stopped cleanly")
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main():
     seed = random.SystemRandom().randrange(1 << 30)
     print(f"seed {seed}", flush=True)
@@ -221,6 +263,7 @@ def main():
         check_json_object(d.port, name, seed)
         check_bias_and_min_tokens(d.port, name)
         check_errors(d.port, name)
+    check_up(seed)
     finish()
 
 
