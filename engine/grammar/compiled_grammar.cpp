@@ -24,7 +24,9 @@ class MaskBuilder {
     sets_.resize(1);
     sets_[0].assign(1, base);
     Walk(0, 0);
-    return Collect();
+    StateTokenMask m = Collect();
+    m.max_depth = arena_.max_depth();
+    return m;
   }
 
  private:

@@ -25,6 +25,10 @@ struct StateTokenMask {
   std::vector<uint32_t> accepted_bits;
   std::vector<int32_t> accepted_ids;
   std::vector<int32_t> dependent_ids;
+  // The deepest stack the classification built from a bottom frame: on a stack deeper than
+  // kMaxStackDepth - max_depth + 1 the depth cap may cut paths it took, so the matcher walks
+  // every token there instead.
+  int32_t max_depth = 0;
 };
 
 class CompiledGrammar {

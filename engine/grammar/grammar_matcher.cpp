@@ -119,10 +119,20 @@ void GrammarMatcher::FillNextTokenMask(std::span<uint32_t> words) {
   const size_t mark = arena_.Mark();
   std::vector<int32_t> out;
   for (int32_t stack : now.stacks) {
+    const int32_t one[1] = {stack};
     const StateTokenMask& m = grammar_->mask(arena_.state(stack));
+    const int32_t depth = arena_.depth(stack);
+    if (depth > 1 && depth - 1 + m.max_depth > kMaxStackDepth) {
+      // Near the depth cap the precomputed sets (built from a bottom frame) may allow a token
+      // whose calls the cap drops here: walk every token instead (only absurd nestings pay).
+      for (int32_t id : v.sorted_ids()) {
+        bool complete = false;
+        if (!test(id) && Walk(one, v.bytes(id), &out, &complete)) set(id);
+      }
+      continue;
+    }
     for (size_t w = 0; w < m.accepted_bits.size(); ++w) words[w] |= m.accepted_bits[w];
     for (int32_t id : m.accepted_ids) set(id);
-    const int32_t one[1] = {stack};
     for (int32_t id : m.dependent_ids) {
       if (test(id)) continue;
       bool complete = false;

@@ -9,6 +9,7 @@ int32_t StackArena::Push(int32_t state, int32_t parent) {
   auto it = index_.find(key);
   if (it != index_.end()) return it->second;
   const int32_t depth = parent < 0 ? 1 : nodes_[static_cast<size_t>(parent)].depth + 1;
+  max_depth_ = std::max(max_depth_, depth);
   if (depth > kMaxStackDepth) return -1;
   const int32_t id = static_cast<int32_t>(nodes_.size());
   nodes_.push_back({state, parent, depth});
@@ -19,6 +20,7 @@ int32_t StackArena::Push(int32_t state, int32_t parent) {
 
 void StackArena::Truncate(size_t mark) {
   if (mark == 0) {
+    max_depth_ = 0;
     nodes_.clear();
     visited_.clear();
     index_.clear();

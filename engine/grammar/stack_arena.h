@@ -24,6 +24,8 @@ class StackArena {
   int32_t Push(int32_t state, int32_t parent);
   int32_t state(int32_t node) const { return nodes_[static_cast<size_t>(node)].state; }
   int32_t parent(int32_t node) const { return nodes_[static_cast<size_t>(node)].parent; }
+  // Frames in the stack `node` tops (1: a bottom frame).
+  int32_t depth(int32_t node) const { return nodes_[static_cast<size_t>(node)].depth; }
 
   // The stacks `node` stands for that rest on a byte edge, appended to *out; *ended is set when
   // the bottom frame's rule can end there (for the root rule: the document is complete).
@@ -35,6 +37,8 @@ class StackArena {
   size_t Mark() const { return nodes_.size(); }
   void Truncate(size_t mark);
   void Clear() { Truncate(0); }
+  // The deepest stack pushed since the last Clear (kMaxStackDepth + 1: one was refused).
+  int32_t max_depth() const { return max_depth_; }
 
  private:
   struct Node {
@@ -52,6 +56,7 @@ class StackArena {
   std::vector<Node> nodes_;
   std::vector<uint32_t> visited_;  // per node: the epoch of the last Close that expanded it
   uint32_t epoch_ = 0;
+  int32_t max_depth_ = 0;
   std::unordered_map<uint64_t, int32_t> index_;
 };
 

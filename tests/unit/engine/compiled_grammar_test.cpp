@@ -146,6 +146,33 @@ TEST(CompiledGrammar, MasksEqualBruteForceOnTheQwenVocabularyForRandomSchemas) {
       schemas, states, path_tokens, walk_steps, build_ms / schemas);
 }
 
+// Nesting up to the matcher's depth cap (StackArena's kMaxStackDepth): the precomputed sets come
+// from a bottom frame, so near the cap the mask must still equal brute force (a token whose
+// calls the cap drops is refused by both), and closing stays possible.
+TEST(CompiledGrammar, MasksEqualBruteForceUpToTheDepthCap) {
+  absl::StatusOr<Grammar> g = CompileJsonSchema(std::string(kAnyJsonObjectSchema));
+  ASSERT_TRUE(g.ok()) << g.status();
+  const auto compiled = CompiledGrammar::Build(std::move(*g), QwenVocab());
+  GrammarMatcher m(compiled);
+  ASSERT_TRUE(m.AcceptBytes(R"({"a":)"));
+  int levels = 0, compared = 0;
+  for (; levels < 400 && m.AcceptBytes("["); ++levels) {
+    if (levels < 100 && levels % 25 != 0) continue;
+    const std::vector<uint32_t> mask = Mask(m);
+    const std::vector<uint32_t> ref = BruteForce(m);
+    ASSERT_EQ(mask, ref) << "at nesting " << levels << Diff(mask, ref, *QwenVocab());
+    ++compared;
+  }
+  EXPECT_LT(levels, 400) << "the depth cap never refused a '['";
+  const std::vector<uint32_t> mask = Mask(m);
+  const std::vector<uint32_t> ref = BruteForce(m);
+  EXPECT_EQ(mask, ref) << "at the cap" << Diff(mask, ref, *QwenVocab());
+  EXPECT_FALSE(Bit(mask, static_cast<int32_t>(*QwenTokenizer().TokenToId("["))));
+  EXPECT_TRUE(Bit(mask, static_cast<int32_t>(*QwenTokenizer().TokenToId("]"))));
+  EXPECT_GT(compared, 10);
+  std::printf("the cap refused '[' after %d levels; %d masks compared\n", levels, compared);
+}
+
 TEST(CompiledGrammar, PaddingIdsSpecialTokensAndEosFollowTheGrammar) {
   absl::StatusOr<Grammar> g = CompileJsonSchema(R"({"type":"object","properties":{
       "k":{"type":"boolean"}},"required":["k"],"additionalProperties":false})");
