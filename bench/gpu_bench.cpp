@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/kernel_profile.h"
+#include "bench/persistent_trace.h"
 #include "common/logging.h"
 #include "engine/cuda/cuda_model.h"
 #include "engine/cuda/linear_fuse.h"
@@ -47,6 +48,8 @@ struct Format {
   ComputeMode mode = ComputeMode::kWeightOnly;
   std::string lm_head = "bf16";  // "+lm_int4" after a decode format: the lm_head quantized
   bool persistent = false;       // "+persistent" at the end: KernelOptions::persistent_decode
+  std::string label;             // the name as given ("int2+lm_int4"); empty: `name`
+  const std::string& shown() const { return label.empty() ? name : label; }
 };
 
 std::vector<float> Random(int64_t n, uint64_t seed, float scale) {
@@ -239,8 +242,9 @@ struct Options {
   std::vector<int> prefill_lengths = {512, 2048, 8192, 32768};
   int context = 128;
   int steps = 64;
-  bool profile = false;        // per-kernel device time (CUPTI) of decode steps and 8K prefills
-  bool fp8_attention = false;  // CudaBackendOptions::fp8_attention for the fp8 prefill runs
+  bool profile = false;           // per-kernel device time (CUPTI) of decode steps and 8K prefills
+  bool fp8_attention = false;     // CudaBackendOptions::fp8_attention for the fp8 prefill runs
+  bool persistent_trace = false;  // +persistent runs: where each step's time goes, per task kind
   std::string out = "gpu_bench.json";
 };
 
@@ -254,7 +258,7 @@ absl::StatusOr<Format> ParseFormat(const std::string& name, bool prefill) {
     DQ_ASSIGN_OR_RETURN(Format f,
                         ParseFormat(name.substr(0, name.size() - kPersistent.size()), prefill));
     f.persistent = true;
-    f.name = name;
+    f.label = name;
     return f;
   }
   const size_t plus = name.find("+lm_");
@@ -263,7 +267,7 @@ absl::StatusOr<Format> ParseFormat(const std::string& name, bool prefill) {
   DQ_ASSIGN_OR_RETURN(Format f, ParseBaseFormat(name.substr(0, plus), prefill));
   f.lm_head = name.substr(plus + 4);
   DQ_RETURN_IF_ERROR(CheckLmHeadFormat(f.lm_head));
-  f.name = name;
+  f.label = name;
   return f;
 }
 
@@ -291,7 +295,7 @@ std::pair<double, double> PrefillFlops(const ModelConfig& c, int len) {
 
 absl::StatusOr<nlohmann::json> RunFormat(const ModelConfig& c, const Format& f, bool prefill,
                                          const Options& o) {
-  std::fprintf(stderr, "dq-bench-gpu: %s (%s): building weights...\n", f.name.c_str(),
+  std::fprintf(stderr, "dq-bench-gpu: %s (%s): building weights...\n", f.shown().c_str(),
                prefill ? "prefill" : "decode");
   DQ_ASSIGN_OR_RETURN(ModelProgram w, MakeWeights(c, f));
   DecoderModel cpu(c, std::move(w));
@@ -303,13 +307,15 @@ absl::StatusOr<nlohmann::json> RunFormat(const ModelConfig& c, const Format& f, 
   co.fp8_attention = prefill && o.fp8_attention;
   co.kernels.persistent_decode = f.persistent;
   DQ_ASSIGN_OR_RETURN(BackendModels m, cuda::CudaBackendFactory(co)(cpu, cpu, kv));
-  const auto& model = static_cast<const cuda::CudaDecoderModel&>(*m.decode);
+  auto& model = static_cast<cuda::CudaDecoderModel&>(*m.decode);
+  const bool traced = f.persistent && o.persistent_trace;
+  model.set_persistent_trace(traced);
   KvBlockPool pool(kv);
   ThreadPool threads(1);
   Bench b{c, model, pool, threads};
   const double embedding = 2.0 * c.vocab_size * c.hidden_size;
   const double step_bytes = model.stats().weight_bytes - embedding;  // one row of it is read
-  nlohmann::json r = {{"format", f.name},
+  nlohmann::json r = {{"format", f.shown()},
                       {"compute", ComputeModeName(f.mode)},
                       {"lm_head", f.lm_head},
                       {"device_weight_bytes", model.stats().weight_bytes},
@@ -325,6 +331,12 @@ absl::StatusOr<nlohmann::json> RunFormat(const ModelConfig& c, const Format& f, 
       std::fprintf(stderr, "  batch %d: %.1f tok/s (%.0f%% of the weight-streaming roofline)\n",
                    batch, d["tokens_per_second"].get<double>(),
                    100 * d["fraction_of_roofline"].get<double>());
+      if (traced) {
+        d["traced"] = true;  // 3 timer stores per task: the figures include them
+        absl::StatusOr<std::vector<cuda::CudaDecoderModel::PersistentTaskTime>> t =
+            model.PersistentDecodeTrace(batch);
+        if (t.ok()) d["persistent_trace"] = bench::SummarizePersistentTrace(*t);
+      }
       r["decode"].push_back(d);
     }
     // The batch sizes that ran as one persistent kernel per step (the others fell back).
@@ -377,6 +389,8 @@ int Main(int argc, char** argv) {
   app.add_option("--out", o.out, "JSON results");
   app.add_flag("--profile", o.profile, "per-kernel device time of decode steps / 8K prefills");
   app.add_flag("--fp8-attention", o.fp8_attention, "fp8 prefill runs: attention in FP8 too");
+  app.add_flag("--persistent-trace", o.persistent_trace,
+               "+persistent runs: per-task times of a step, summed per task kind");
   CLI11_PARSE(app, argc, argv);
   std::erase(o.decode_formats, std::string());  // a bare flag may leave one empty value
   std::erase(o.prefill_formats, std::string());

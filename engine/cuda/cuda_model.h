@@ -15,6 +15,7 @@
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/kv_cache.h"
 #include "engine/cuda/linear.h"
+#include "engine/model/decode_schedule.h"
 #include "engine/model/decoder_model.h"
 #include "engine/model/model_runner.h"
 
@@ -163,6 +164,18 @@ class CudaDecoderModel : public ForwardModel {
   absl::Status SupportsPersistentDecode(int batch) const;
   // The batch sizes whose decode steps ran persistent so far (tests: the path was taken).
   std::vector<int> persistent_decode_batches() const;
+  // Diagnostics (dq-bench-gpu --persistent-trace). While on, persistent steps record when each
+  // task started, passed its wait and signalled. Set it before the first decode step of a batch
+  // size: a captured step keeps what it was captured with.
+  struct PersistentTaskTime {
+    DecodeTaskKind kind = DecodeTaskKind::kQkv;
+    int layer = 0, stage = 0, worker = 0;
+    uint64_t start = 0, ready = 0, end = 0;  // the device's global timer, ns
+  };
+  void set_persistent_trace(bool on) { persistent_trace_ = on; }
+  // The latest traced step of `batch` sequences, one entry per task in schedule order (waits
+  // for the stream); NotFound when no such step ran traced.
+  absl::StatusOr<std::vector<PersistentTaskTime>> PersistentDecodeTrace(int batch) const;
 
   struct Layer;
   struct Plan;
@@ -250,6 +263,7 @@ class CudaDecoderModel : public ForwardModel {
   mutable std::map<GraphKey, cudaGraphExec_t> graphs_;
   mutable std::unique_ptr<SamplingBuffers> sampling_;          // made on the first ForwardSample
   mutable std::shared_ptr<PersistentDecodeState> persistent_;  // made on the first such step
+  bool persistent_trace_ = false;
 };
 
 // Decode batches up to this size use the paged decode-attention kernel; larger ones the

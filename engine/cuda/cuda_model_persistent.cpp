@@ -21,7 +21,12 @@ namespace dq::cuda {
 // One batch size's schedule on the device.
 struct PersistentStep {
   DeviceBuffer tasks, queue, queue_begin, counters;  // counters: stages, then `done`
+  DeviceBuffer trace;                                // 3 words per task when traced
+  std::vector<DecodeTask> host_tasks;
+  std::vector<int> worker_of;  // per task
   int num_counters = 0;
+  int ring_bytes = kPdRingBytes[2];
+  bool rope_in_attention = false;
   int grid_splits = 1;
   int max_jobs = 0;
 };
@@ -163,7 +168,7 @@ void UploadSchedule(const DecodeSchedule& sched, const PersistentDecodeState& s,
     const bool lm = t.kind == DecodeTaskKind::kLmHead;
     tasks.push_back({static_cast<int32_t>(t.kind), lm ? -1 : s.block_base[t.layer] + t.block,
                      static_cast<int32_t>(t.begin), static_cast<int32_t>(t.end), t.wait_counter,
-                     t.wait_target, t.signal_counter, 0});
+                     t.wait_target, t.signal_counter, static_cast<int32_t>(tasks.size())});
     // Partial-sum slots of an int tile task: its tiles (x2 for gate|up) x warps per tile.
     if (t.kind == DecodeTaskKind::kRopeKv || t.kind == DecodeTaskKind::kAttention) continue;
     const bool in_proj = t.kind == DecodeTaskKind::kQkv || t.kind == DecodeTaskKind::kGateUp;
@@ -175,10 +180,13 @@ void UploadSchedule(const DecodeSchedule& sched, const PersistentDecodeState& s,
     st.max_jobs = std::max(st.max_jobs, tiles * parts * w.kw);
   }
   std::vector<int32_t> queue, begin{0};
+  st.worker_of.assign(sched.tasks.size(), 0);
   for (const std::vector<int>& q : sched.queues) {
+    for (int t : q) st.worker_of[t] = static_cast<int>(begin.size()) - 1;
     queue.insert(queue.end(), q.begin(), q.end());
     begin.push_back(static_cast<int32_t>(queue.size()));
   }
+  st.host_tasks = sched.tasks;
   st.tasks = ToDevice(tasks);
   st.queue = ToDevice(queue);
   st.queue_begin = ToDevice(begin);
@@ -208,6 +216,28 @@ std::vector<int> CudaDecoderModel::persistent_decode_batches() const {
   return out;
 }
 
+absl::StatusOr<std::vector<CudaDecoderModel::PersistentTaskTime>>
+CudaDecoderModel::PersistentDecodeTrace(int batch) const {
+  std::lock_guard lock(*mu_);
+  const auto it = persistent_ != nullptr ? persistent_->steps.find(batch)
+                                         : std::map<int, PersistentStep>::iterator();
+  if (persistent_ == nullptr || it == persistent_->steps.end() || it->second.trace.bytes() == 0) {
+    return absl::NotFoundError(absl::StrCat("persistent decode: no traced step of ", batch,
+                                            " sequences ran (set_persistent_trace first)"));
+  }
+  const PersistentStep& st = it->second;
+  std::vector<unsigned long long> raw(st.host_tasks.size() * 3);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  CUDA_CHECK(cudaMemcpy(raw.data(), st.trace.get(), st.trace.bytes(), cudaMemcpyDeviceToHost));
+  std::vector<PersistentTaskTime> out;
+  for (size_t i = 0; i < st.host_tasks.size(); ++i) {
+    const DecodeTask& t = st.host_tasks[i];
+    out.push_back({t.kind, t.layer, t.signal_counter, st.worker_of[i], raw[3 * i], raw[3 * i + 1],
+                   raw[3 * i + 2]});
+  }
+  return out;
+}
+
 bool CudaDecoderModel::PreparePersistentDecode(const Plan& plan, const TapTarget& taps) const {
   if (!options_.kernels.persistent_decode || !plan.decode || plan.row_split || streamer_ ||
       (taps.taps != nullptr && !taps.taps->empty()) || plan.seqs > kPdMaxRows) {
@@ -225,6 +255,7 @@ bool CudaDecoderModel::PreparePersistentDecode(const Plan& plan, const TapTarget
   DecodeScheduleOptions so;
   so.workers = s.workers;
   so.rows = plan.seqs;
+  so.rope_in_attention = true;  // decode steps: one new token per sequence
   absl::StatusOr<DecodeSchedule> sched = PlanDecodeStep(s.shape, c, so);
   absl::Status ok = sched.status();
   if (ok.ok()) ok = CheckDecodeSchedule(*sched, s.shape, c);
@@ -234,7 +265,12 @@ bool CudaDecoderModel::PreparePersistentDecode(const Plan& plan, const TapTarget
   }
   PersistentStep st;
   UploadSchedule(*sched, s, &st);
+  if (persistent_trace_) {
+    st.trace = DeviceBuffer(st.host_tasks.size() * 3 * sizeof(unsigned long long));
+    CUDA_CHECK(cudaMemset(st.trace.get(), 0, st.trace.bytes()));
+  }
   st.num_counters = sched->num_counters();
+  st.rope_in_attention = so.rope_in_attention;
   st.counters = DeviceBuffer((st.num_counters + 1) * sizeof(unsigned));
   CUDA_CHECK(cudaMemset(st.counters.get(), 0, st.counters.bytes()));
   DecodeAttentionArgs a;
@@ -262,6 +298,19 @@ bool CudaDecoderModel::PreparePersistentDecode(const Plan& plan, const TapTarget
     s.too_large.insert(plan.seqs);
     return false;
   }
+  // The deepest weight ring that fits beside the rows and partial sums.
+  probe.num_kv_heads = c.num_kv_heads;
+  probe.attn_groups = 2;
+  if (PersistentDecodeSmemBytes(probe) > PersistentDecodeSmemLimit()) probe.attn_groups = 1;
+  for (int ring : kPdRingBytes) {
+    probe.ring_bytes = st.ring_bytes = ring;
+    if (PersistentDecodeSmemBytes(probe) <= PersistentDecodeSmemLimit()) break;
+  }
+  spdlog::info(
+      "cuda model: decode steps of {} sequences run persistent: {} tasks in {} stages on {} "
+      "CTAs, {} KiB weight ring per warp, {} bytes of shared memory",
+      plan.seqs, st.host_tasks.size(), st.num_counters, s.workers, st.ring_bytes / 1024,
+      PersistentDecodeSmemBytes(probe));
   s.steps.emplace(plan.seqs, std::move(st));
   return true;
 }
@@ -291,6 +340,7 @@ void CudaDecoderModel::EnqueuePersistentStep(const Plan& plan) const {
   p.vocab = c.vocab_size;
   p.eps = c.rms_norm_eps;
   p.rope_interleaved = c.rope_style == RopeStyle::kInterleaved ? 1 : 0;
+  p.rope_in_attention = st.rope_in_attention ? 1 : 0;
   p.x = b.x.get<float>();
   p.qkv = b.qkv.get<__nv_bfloat16>();
   p.attn = b.attn.get<__nv_bfloat16>();
@@ -313,6 +363,8 @@ void CudaDecoderModel::EnqueuePersistentStep(const Plan& plan) const {
   p.max_jobs = st.max_jobs;
   p.attn_groups = 2;
   if (PersistentDecodeSmemBytes(p) > PersistentDecodeSmemLimit()) p.attn_groups = 1;
+  p.ring_bytes = st.ring_bytes;
+  p.trace = st.trace.bytes() > 0 ? st.trace.get<unsigned long long>() : nullptr;
   LaunchPersistentDecode(p, s.workers, stream_);
 }
 

@@ -58,7 +58,7 @@ struct KernelOptions {
   // Decode steps run as one persistent kernel (persistent_decode.h) where the model and the
   // step allow it (CudaDecoderModel::SupportsPersistentDecode: bf16 and int4/int2 tile linears,
   // up to kPdMaxRows sequences, no taps or verification rows), else kernel per op. Off until it
-  // covers the formats and wins its measurements (bench/results/gpu_persistent_decode_h200.md).
+  // covers the formats and wins its measurements (bench/results/gpu_persistent_decode_h200.json).
   bool persistent_decode = false;
 };
 

@@ -1,5 +1,8 @@
 // The persistent decode kernel (persistent_decode.h): the task loop, the GEMV tasks' input
 // (RMSNorm of x, or the rows the stage before wrote, staged in shared memory) and the launch.
+#include <cstdio>
+#include <cstdlib>
+
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/kernel_util.cuh"
 #include "engine/cuda/persistent_decode.h"
@@ -12,25 +15,55 @@ namespace pd {
 namespace {
 
 // RMSNorm of the step's rows of x into shared memory as bf16, with norm.cu's arithmetic for
-// rows of 256 threads (thread i sums float4s i, i + 256, ... then the block reduction).
+// rows of 256 threads (thread i sums float4s i, i + 256, ... then the block reduction). A row of
+// up to kHeld float4s per thread is read once (held in registers): the norm sits on each stage's
+// critical path, right after its wait.
+constexpr int kHeld = 8;
+__device__ __forceinline__ void NormStore(float4 u, const float* weight, float inv, int i,
+                                          __nv_bfloat162* o) {
+  const float4 w = reinterpret_cast<const float4*>(weight)[i];
+  o[2 * i] = __floats2bfloat162_rn(w.x * (u.x * inv), w.y * (u.y * inv));
+  o[2 * i + 1] = __floats2bfloat162_rn(w.z * (u.z * inv), w.w * (u.w * inv));
+}
 __device__ void NormRows(const PersistentDecodeParams& p, const float* weight, __nv_bfloat16* xs,
                          float* scratch) {
   const int n = p.hidden, n4 = n / 4;
+  const bool held = n4 <= kHeld * kPdThreads;
   for (int r = 0; r < p.rows; ++r) {
     const float* xr = p.x + int64_t{r} * n;
+    float4 v[kHeld];
     float ss = 0.0f;
-    for (int i = threadIdx.x; i < n4; i += kPdThreads) {
-      const float4 v = LdCgF4(xr + 4 * i);
-      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    if (held) {
+#pragma unroll
+      for (int k = 0; k < kHeld; ++k) {
+        const int i = threadIdx.x + k * kPdThreads;
+        v[k] = i < n4 ? LdCgF4(xr + 4 * i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int k = 0; k < kHeld; ++k) {
+        if (threadIdx.x + k * kPdThreads < n4) {
+          ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+        }
+      }
+    } else {
+      for (int i = threadIdx.x; i < n4; i += kPdThreads) {
+        const float4 u = LdCgF4(xr + 4 * i);
+        ss += u.x * u.x + u.y * u.y + u.z * u.z + u.w * u.w;
+      }
     }
     ss = detail::BlockSum(ss, scratch);
     const float inv = 1.0f / sqrtf(ss / static_cast<float>(n) + p.eps);
-    for (int i = threadIdx.x; i < n4; i += kPdThreads) {
-      const float4 v = LdCgF4(xr + 4 * i);
-      const float4 w = reinterpret_cast<const float4*>(weight)[i];
-      __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(xs + int64_t{r} * n) + 2 * i;
-      o[0] = __floats2bfloat162_rn(w.x * (v.x * inv), w.y * (v.y * inv));
-      o[1] = __floats2bfloat162_rn(w.z * (v.z * inv), w.w * (v.w * inv));
+    __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(xs + int64_t{r} * n);
+    if (held) {
+#pragma unroll
+      for (int k = 0; k < kHeld; ++k) {
+        const int i = threadIdx.x + k * kPdThreads;
+        if (i < n4) NormStore(v[k], weight, inv, i, o);
+      }
+    } else {
+      for (int i = threadIdx.x; i < n4; i += kPdThreads) {
+        NormStore(LdCgF4(xr + 4 * i), weight, inv, i, o);
+      }
     }
   }
 }
@@ -63,7 +96,7 @@ __device__ void StageInput(const PersistentDecodeParams& p, const GemvJob& j, __
   __syncthreads();
 }
 
-template <int kBits>
+template <int kBits, int kRing>
 __device__ void IntTileGemv(const PersistentDecodeParams& p, const PdTask& t, const GemvJob& j,
                             unsigned char* smem, float* scratch) {
   const PdLinear& w = *j.w;
@@ -84,17 +117,18 @@ __device__ void IntTileGemv(const PersistentDecodeParams& p, const PdTask& t, co
   const int64_t tile_bytes = int64_t{s.nchunks} * 512;
   PrefetchL2(s.codes + s.tile0 * tile_bytes, s.n * tile_bytes);
   if (s.parts == 2) PrefetchL2(s.codes + s.tile1 * tile_bytes, s.n * tile_bytes);
-  unsigned char* ring = smem + RingOffset(p) + (threadIdx.x >> 5) * kRingBytesPerWarp;
-  const TileCursor issue = PrimeTile<kBits>(s, ring);
+  unsigned char* ring = smem + RingOffset(p) + (threadIdx.x >> 5) * kRing;
+  const TileCursor issue = PrimeTile<kBits, kRing>(s, ring);
   WaitTask(p, t);
   auto* xs = reinterpret_cast<__nv_bfloat16*>(smem);
   StageInput(p, j, xs, scratch);
   float* red = reinterpret_cast<float*>(smem + RedOffset(p));
-  RunTileJobs<kBits>(s, issue, ring, xs, p.rows, red);
+  RunTileJobs<kBits, kRing>(s, issue, ring, xs, p.rows, red);
   __syncthreads();
   StoreTiles(s, red, p.rows, j.row_end, j.out);
 }
 
+template <int kRing>
 __device__ void Bf16Gemv(const PersistentDecodeParams& p, const PdTask& t, const GemvJob& j,
                          unsigned char* smem, float* scratch) {
   const PdLinear& w = *j.w;
@@ -109,12 +143,12 @@ __device__ void Bf16Gemv(const PersistentDecodeParams& p, const PdTask& t, const
   s.nch = (s.units + 31) / 32;
   PrefetchL2(s.data + s.row0 * w.in * 2, s.n * w.in * 2);
   if (s.parts == 2) PrefetchL2(s.data + s.row1 * w.in * 2, s.n * w.in * 2);
-  unsigned char* ring = smem + RingOffset(p) + (threadIdx.x >> 5) * kRingBytesPerWarp;
-  const Bf16Cursor issue = PrimeBf16(s, ring);
+  unsigned char* ring = smem + RingOffset(p) + (threadIdx.x >> 5) * kRing;
+  const Bf16Cursor issue = PrimeBf16<kRing>(s, ring);
   WaitTask(p, t);
   auto* xs = reinterpret_cast<__nv_bfloat16*>(smem);
   StageInput(p, j, xs, scratch);
-  RunBf16Rows(s, issue, ring, xs, p.rows, j.out);
+  RunBf16Rows<kRing>(s, issue, ring, xs, p.rows, j.out);
 }
 
 __device__ GemvJob JobOf(const PersistentDecodeParams& p, const PdTask& t, const PdBlock* b) {
@@ -153,45 +187,61 @@ __device__ GemvJob JobOf(const PersistentDecodeParams& p, const PdTask& t, const
   return j;
 }
 
+template <int kRing>
 __device__ void RunGemvTask(const PersistentDecodeParams& p, const PdTask& t, unsigned char* smem,
                             float* scratch) {
   const PdBlock* b = t.block >= 0 ? p.blocks + t.block : nullptr;
   const GemvJob j = JobOf(p, t, b);
   switch (j.w->format) {
     case PdFormat::kInt4Tile:
-      return IntTileGemv<4>(p, t, j, smem, scratch);
+      return IntTileGemv<4, kRing>(p, t, j, smem, scratch);
     case PdFormat::kInt2Tile:
-      return IntTileGemv<2>(p, t, j, smem, scratch);
+      return IntTileGemv<2, kRing>(p, t, j, smem, scratch);
     default:
-      return Bf16Gemv(p, t, j, smem, scratch);
+      return Bf16Gemv<kRing>(p, t, j, smem, scratch);
   }
 }
 
+// Between an item's RoPE + K/V write and its attention in one task: the attention's loads
+// (cp.async of K/V, the rotated q) must see what the CTA's other warps just stored.
+__device__ __forceinline__ void RopeDone() {
+  __threadfence_block();
+  __syncthreads();
+}
+
+template <int kRing>
 __device__ void RunTask(const PersistentDecodeParams& p, const PdTask& t, unsigned char* smem,
                         float* scratch) {
   const DecodeTaskKind kind = static_cast<DecodeTaskKind>(t.kind);
   if (kind == DecodeTaskKind::kRopeKv || kind == DecodeTaskKind::kAttention) {
     WaitTask(p, t);
     const PdBlock& b = p.blocks[t.block];
-    const bool rope = kind == DecodeTaskKind::kRopeKv;
+    const bool rope = kind == DecodeTaskKind::kRopeKv || p.rope_in_attention;
+    const bool attention = kind == DecodeTaskKind::kAttention;
     if (p.head_dim == 128) {
-      rope ? RopeKvTask<128>(p, b, t.begin) : AttentionTask<128>(p, b, t.begin, smem);
+      if (rope) RopeKvTask<128>(p, b, t.begin);
+      if (rope && attention) RopeDone();
+      if (attention) AttentionTask<128>(p, b, t.begin, smem);
     } else {
-      rope ? RopeKvTask<64>(p, b, t.begin) : AttentionTask<64>(p, b, t.begin, smem);
+      if (rope) RopeKvTask<64>(p, b, t.begin);
+      if (rope && attention) RopeDone();
+      if (attention) AttentionTask<64>(p, b, t.begin, smem);
     }
   } else {
-    RunGemvTask(p, t, smem, scratch);
+    RunGemvTask<kRing>(p, t, smem, scratch);
   }
   SignalTask(p, t);
 }
 
+template <int kRing>
 __global__ void __launch_bounds__(kPdThreads, 1) PersistentDecodeKernel(PersistentDecodeParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ float scratch[32];
   const int w = blockIdx.x;
   for (int qi = p.queue_begin[w]; qi < p.queue_begin[w + 1]; ++qi) {
     const PdTask t = p.tasks[p.queue[qi]];
-    RunTask(p, t, smem, scratch);
+    TracePoint(p, t, 0);
+    RunTask<kRing>(p, t, smem, scratch);
   }
   // The last CTA out zeroes the counters for the next step: every other CTA has passed all its
   // waits by then.
@@ -247,15 +297,13 @@ void PdIntTileSplit(int bits, int64_t out, int64_t in, int ctas_per_sm, bool clu
 
 bool PdIntTileLayout(int bits, int group, int64_t in) { return wo::IntTileLayout(bits, group, in); }
 
-void LaunchPersistentDecode(const PersistentDecodeParams& p, int workers, cudaStream_t stream) {
-  const size_t smem = PersistentDecodeSmemBytes(p);
-  static size_t attr_bytes = 0;
-  if (smem > attr_bytes) {  // a host-side attribute: safe during graph capture
-    CUDA_CHECK(cudaFuncSetAttribute(pd::PersistentDecodeKernel,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(smem)));
-    attr_bytes = smem;
-  }
+template <int kRing>
+void LaunchWithRing(const PersistentDecodeParams& p, int workers, size_t smem,
+                    cudaStream_t stream) {
+  // A host-side attribute, safe during graph capture.
+  CUDA_CHECK(cudaFuncSetAttribute(pd::PersistentDecodeKernel<kRing>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(smem)));
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(workers));
   cfg.blockDim = dim3(kPdThreads);
@@ -266,7 +314,22 @@ void LaunchPersistentDecode(const PersistentDecodeParams& p, int workers, cudaSt
   attr[0].val.cooperative = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, pd::PersistentDecodeKernel, p));
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, pd::PersistentDecodeKernel<kRing>, p));
+}
+
+void LaunchPersistentDecode(const PersistentDecodeParams& p, int workers, cudaStream_t stream) {
+  const size_t smem = PersistentDecodeSmemBytes(p);
+  switch (p.ring_bytes) {
+    case kPdRingBytes[0]:
+      return LaunchWithRing<kPdRingBytes[0]>(p, workers, smem, stream);
+    case kPdRingBytes[1]:
+      return LaunchWithRing<kPdRingBytes[1]>(p, workers, smem, stream);
+    case kPdRingBytes[2]:
+      return LaunchWithRing<kPdRingBytes[2]>(p, workers, smem, stream);
+    default:  // an invariant: the host picks ring_bytes from kPdRingBytes
+      std::fprintf(stderr, "persistent decode: no kernel for a ring of %d bytes\n", p.ring_bytes);
+      std::abort();
+  }
 }
 
 }  // namespace dq::cuda

@@ -23,6 +23,10 @@
 
 namespace dq::cuda {
 
+// The ring sizes a launch may take, largest first: the largest that fits beside the step's input
+// rows and partial sums in shared memory (PersistentDecodeSmemBytes) is used.
+inline constexpr int kPdRingBytes[3] = {20480, 12288, 6144};
+
 // One matrix as the persistent kernel reads it.
 enum class PdFormat : int32_t { kBf16 = 0, kInt4Tile = 1, kInt2Tile = 2 };
 struct PdLinear {
@@ -57,7 +61,7 @@ struct PdTask {
   int32_t block;  // index into PersistentDecodeParams::blocks (-1: lm_head)
   int32_t begin, end;
   int32_t wait_counter, wait_target, signal_counter;
-  int32_t pad;
+  int32_t index;  // its place in `tasks` (where a trace records it)
 };
 
 struct PersistentDecodeParams {
@@ -76,6 +80,7 @@ struct PersistentDecodeParams {
   int hidden = 0, inter = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0, vocab = 0;
   float eps = 0.0f;
   int rope_interleaved = 0;
+  int rope_in_attention = 0;  // the schedule has no kRopeKv stage (DecodeScheduleOptions)
   // Activations: x fp32 [rows, hidden] (the residual stream, embedded before the launch),
   // qkv bf16 [rows, q_dim + 2 kv_dim], attn bf16 [rows, q_dim], act bf16 [rows, inter],
   // logits fp32 [rows, vocab].
@@ -103,6 +108,12 @@ struct PersistentDecodeParams {
   float attn_scale = 0.0f;
   int attn_groups = 1;  // 4-warp groups that take context partitions side by side (1 or 2)
   int max_jobs = 0;     // partial-sum slots in shared memory (int tile tasks)
+  // Bytes of each warp's cp.async ring of weight chunks, one of kPdRingBytes: the weight bytes a
+  // CTA keeps in flight, which bound its stream (a GEMV task's rate is about ring / latency).
+  int ring_bytes = kPdRingBytes[2];
+  // Set: each task's start, ready (its wait passed) and end (signalled) as the global timer's
+  // nanoseconds, 3 words per task in `tasks` order (CudaDecoderModel::TracePersistentDecode).
+  unsigned long long* trace = nullptr;
 };
 
 inline constexpr int kPdMaxRows = 8;

@@ -12,9 +12,6 @@
 namespace dq::cuda::pd {
 
 constexpr int kWarps = kPdThreads / 32;
-// Each warp's cp.async ring of weight chunks: 8 int4 / 6 int2 / 12 bf16 stages.
-constexpr int kRingBytesPerWarp = 6144;
-constexpr int kRingBytes = kWarps * kRingBytesPerWarp;
 // One job's partial sums of a 16-row tile: 32 lanes x 4 floats.
 constexpr int kJobBytes = 512;
 
@@ -32,7 +29,7 @@ __host__ __device__ inline int64_t RingOffset(const PersistentDecodeParams& p) {
   return XsBytes(p);
 }
 __host__ __device__ inline int64_t RedOffset(const PersistentDecodeParams& p) {
-  return XsBytes(p) + kRingBytes;
+  return XsBytes(p) + int64_t{kWarps} * p.ring_bytes;
 }
 __host__ __device__ inline int64_t AttnGroupBytes(int head_dim) {
   return 4 * 3 * 2 * 16 * int64_t{head_dim} * 2;  // 4 warps x 3 stages x (K, V) 16-key tiles
@@ -79,24 +76,35 @@ __device__ __forceinline__ void AddRelease(unsigned* p, unsigned v) {
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
-// Blocks the CTA until the task's stage counter reaches its target (thread 0 spins; the fence
-// and barrier hand what it acquired to the whole CTA).
+__device__ __forceinline__ unsigned long long GlobalTimerNs() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+// Thread 0 records one of a task's trace points (0 start, 1 ready, 2 end) when tracing.
+__device__ __forceinline__ void TracePoint(const PersistentDecodeParams& p, const PdTask& t,
+                                           int point) {
+  if (p.trace != nullptr && threadIdx.x == 0) p.trace[3 * t.index + point] = GlobalTimerNs();
+}
+
+// Blocks the CTA until the task's stage counter reaches its target: thread 0 spins on an acquire
+// load and the barrier hands what it acquired to the whole CTA (CUTLASS's GenericBarrier
+// pattern; no extra fence on this critical path).
 __device__ __forceinline__ void WaitTask(const PersistentDecodeParams& p, const PdTask& t) {
   if (t.wait_counter >= 0 && threadIdx.x == 0) {
     const unsigned* c = p.counters + t.wait_counter;
     while (LoadAcquire(c) < static_cast<unsigned>(t.wait_target)) {
     }
-    __threadfence();
   }
+  TracePoint(p, t, 1);
   __syncthreads();
 }
-// Counts the task as finished once every thread's writes are done.
+// Counts the task as finished once every thread's writes are done: the barrier orders them
+// before thread 0's release, which is cumulative at gpu scope.
 __device__ __forceinline__ void SignalTask(const PersistentDecodeParams& p, const PdTask& t) {
   __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    AddRelease(p.counters + t.signal_counter, 1);
-  }
+  if (threadIdx.x == 0) AddRelease(p.counters + t.signal_counter, 1);
+  TracePoint(p, t, 2);
 }
 
 // Asks L2 for the first bytes of a task's weights (up to 256 KiB, 32 KiB per thread of warp 0)

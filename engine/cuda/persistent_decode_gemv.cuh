@@ -52,8 +52,10 @@ struct TileFmt {
   static constexpr int kChunkK = 256 / kBits;
   static constexpr int kSub = kChunkK / 64;
   static constexpr int kStageBytes = 512 + 256 * kSub;
-  static constexpr int kStages = kRingBytesPerWarp / kStageBytes;
 };
+// Chunks a warp's ring of kRing bytes holds.
+template <int kBits, int kRing>
+inline constexpr int kTileStages = kRing / TileFmt<kBits>::kStageBytes;
 
 // A task's tiles: part 0 = tiles [tile0, tile0 + n), part 1 (gate|up's up) = [tile1, tile1 + n).
 struct TileTask {
@@ -169,23 +171,24 @@ __device__ __forceinline__ void ChunkMma(const uint4 q, const uint2 (&sz)[TileFm
 }
 
 // Fills this warp's ring with its first chunks (before the task waits: weights only).
-template <int kBits>
+template <int kBits, int kRing>
 __device__ __forceinline__ TileCursor PrimeTile(const TileTask& s, unsigned char* ring) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   TileCursor it{warp, warp % s.kw};
   const uint32_t base = SmemAddr32(ring);
 #pragma unroll
-  for (int st = 0; st < TileFmt<kBits>::kStages; ++st) {
+  for (int st = 0; st < kTileStages<kBits, kRing>; ++st) {
     IssueTile<kBits>(s, it, base + st * TileFmt<kBits>::kStageBytes, lane);
   }
   return it;
 }
 
 // Streams this warp's jobs; each job's sums land in red[job] (32 lanes x 4 floats).
-template <int kBits>
+template <int kBits, int kRing>
 __device__ void RunTileJobs(const TileTask& s, TileCursor issue, unsigned char* ring,
                             const __nv_bfloat16* xs, int m, float* red) {
   using F = TileFmt<kBits>;
+  constexpr int kStages = kTileStages<kBits, kRing>;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const uint32_t base = SmemAddr32(ring);
   const __nv_bfloat16* xrow = xs + int64_t{g < m ? g : 0} * s.in + 16 * t;
@@ -193,7 +196,7 @@ __device__ void RunTileJobs(const TileTask& s, TileCursor issue, unsigned char* 
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   int st = 0;
   while (cur.job < s.njobs) {
-    CpAsyncWaitGroup<F::kStages - 1>();
+    CpAsyncWaitGroup<kStages - 1>();
     // Only this lane's own cp.async wrote these bytes: no warp barrier before the refill.
     const unsigned char* stage = ring + st * F::kStageBytes;
     const uint4 q = *reinterpret_cast<const uint4*>(stage + lane * 16);
@@ -204,7 +207,7 @@ __device__ void RunTileJobs(const TileTask& s, TileCursor issue, unsigned char* 
     }
     IssueTile<kBits>(s, issue, base + st * F::kStageBytes, lane);
     ChunkMma<kBits>(q, sz, xrow + int64_t{cur.c} * F::kChunkK, acc);
-    st = st + 1 == F::kStages ? 0 : st + 1;
+    st = st + 1 == kStages ? 0 : st + 1;
     const int job = cur.job;
     cur.Next(s);
     if (cur.job != job) {
@@ -260,7 +263,8 @@ __device__ void StoreTiles(const TileTask& s, const float* red, int m, int64_t r
 
 // ---- bf16 ----
 
-constexpr int kBf16Stages = kRingBytesPerWarp / 512;
+template <int kRing>
+inline constexpr int kBf16Stages = kRing / 512;
 
 // A task's rows: pair p (p = warp, warp + 8, ...) is row0 + p, then (gate|up) row1 + p.
 struct Bf16Task {
@@ -290,17 +294,18 @@ __device__ __forceinline__ void IssueBf16(const Bf16Task& s, Bf16Cursor& it, uin
   CpAsyncCommitGroup();
 }
 
+template <int kRing>
 __device__ __forceinline__ Bf16Cursor PrimeBf16(const Bf16Task& s, unsigned char* ring) {
   const int lane = threadIdx.x & 31;
   Bf16Cursor it{static_cast<int>(threadIdx.x >> 5), 0, 0};
   const uint32_t base = SmemAddr32(ring);
 #pragma unroll
-  for (int st = 0; st < kBf16Stages; ++st) IssueBf16(s, it, base + st * 512, lane);
+  for (int st = 0; st < kBf16Stages<kRing>; ++st) IssueBf16(s, it, base + st * 512, lane);
   return it;
 }
 
 // M >= rows accumulators (M in 1, 2, 4, 8); rows past `rows` are computed, never stored.
-template <int M>
+template <int M, int kRing>
 __device__ void RunBf16RowsM(const Bf16Task& s, Bf16Cursor issue, unsigned char* ring,
                              const __nv_bfloat16* xs, int rows, const GemvOut& o) {
   const int lane = threadIdx.x & 31;
@@ -311,10 +316,10 @@ __device__ void RunBf16RowsM(const Bf16Task& s, Bf16Cursor issue, unsigned char*
   for (int m = 0; m < M; ++m) acc[m] = gate[m] = 0.0f;
   int st = 0;
   while (cur.p < s.n) {
-    CpAsyncWaitGroup<kBf16Stages - 1>();
+    CpAsyncWaitGroup<kBf16Stages<kRing> - 1>();
     const uint4 raw = *reinterpret_cast<const uint4*>(ring + st * 512 + lane * 16);
     IssueBf16(s, issue, base + st * 512, lane);
-    st = st + 1 == kBf16Stages ? 0 : st + 1;
+    st = st + 1 == kBf16Stages<kRing> ? 0 : st + 1;
     const int u = 32 * cur.k + lane;
     if (u < s.units) {
       const uint32_t q[4] = {raw.x, raw.y, raw.z, raw.w};
@@ -360,19 +365,20 @@ __device__ void RunBf16RowsM(const Bf16Task& s, Bf16Cursor issue, unsigned char*
   CpAsyncWaitGroup<0>();
 }
 
+template <int kRing>
 __device__ __forceinline__ void RunBf16Rows(const Bf16Task& s, Bf16Cursor issue,
                                             unsigned char* ring, const __nv_bfloat16* xs, int m,
                                             const GemvOut& o) {
   switch (m) {
     case 1:
-      return RunBf16RowsM<1>(s, issue, ring, xs, m, o);
+      return RunBf16RowsM<1, kRing>(s, issue, ring, xs, m, o);
     case 2:
-      return RunBf16RowsM<2>(s, issue, ring, xs, m, o);
+      return RunBf16RowsM<2, kRing>(s, issue, ring, xs, m, o);
     case 3:
     case 4:
-      return RunBf16RowsM<4>(s, issue, ring, xs, m, o);
+      return RunBf16RowsM<4, kRing>(s, issue, ring, xs, m, o);
     default:
-      return RunBf16RowsM<8>(s, issue, ring, xs, m, o);
+      return RunBf16RowsM<8, kRing>(s, issue, ring, xs, m, o);
   }
 }
 

@@ -230,9 +230,9 @@ INSTANTIATE_TEST_SUITE_P(Formats, PersistentDecode,
                          });
 
 // Whole models through ModelRunner: a prompt, then decode steps at batch 1 and 3, persistent
-// against kernel per op, bitwise (bf16 decode at batch 3 within the bound above). SmolLM2's GGUF (Q4_1) is not covered, so it is quantized to
-// int4 g64 here (head_dim 64, 9 query heads over 3 KV heads); tiny Qwen3 runs as stored (bf16)
-// and as int4 g64.
+// against kernel per op, bitwise (bf16 decode at batch 3 within the bound above). SmolLM2's GGUF
+// (Q4_1) is not covered, so it is quantized to int4 g64 here (head_dim 64, 9 query heads over 3 KV
+// heads); tiny Qwen3 runs as stored (bf16) and as int4 g64.
 struct ModelCase {
   std::string model, format;
   int group;
