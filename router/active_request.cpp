@@ -52,7 +52,8 @@ struct ActiveRequest::StreamState {
 };
 
 GenerationResult ActiveRequest::Run(const DeltaCallback& on_delta) {
-  OutputAssembler out(pipeline_->model_.tokenizer, input_.sampling.stop, input_.keep_special_ids);
+  OutputAssembler out(pipeline_->model_.tokenizer, input_.sampling.stop, input_.keep_special_ids,
+                      input_.sampling.min_tokens);
   StreamState st;
   grpc::Status status = grpc::Status::OK;
   if (FeedFirstToken(on_delta, out, st)) {

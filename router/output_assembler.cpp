@@ -47,10 +47,10 @@ std::vector<TokenLogprobs> PromptTokenLogprobs(const Tokenizer& tokenizer,
 }
 
 OutputAssembler::OutputAssembler(Tokenizer tokenizer, std::vector<std::string> stop_strings,
-                                 std::vector<int32_t> keep_special)
+                                 std::vector<int32_t> keep_special, int min_tokens)
     : tokenizer_(tokenizer),
       detokenizer_(std::move(tokenizer), /*skip_special=*/true, std::move(keep_special)),
-      stops_(std::move(stop_strings)) {}
+      stops_(std::move(stop_strings), min_tokens) {}
 
 bool OutputAssembler::Feed(int32_t id, const v1::PositionLogprobs* logprobs, Delta* delta) {
   if (stops_.stopped()) return true;

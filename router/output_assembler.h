@@ -44,9 +44,10 @@ std::vector<TokenLogprobs> PromptTokenLogprobs(
 
 class OutputAssembler {
  public:
-  // Special tokens are left out of the text, except `keep_special` (tool-call markers).
+  // Special tokens are left out of the text, except `keep_special` (tool-call markers). A stop
+  // string ending before the `min_tokens`-th token is text (StopChecker).
   OutputAssembler(Tokenizer tokenizer, std::vector<std::string> stop_strings,
-                  std::vector<int32_t> keep_special = {});
+                  std::vector<int32_t> keep_special = {}, int min_tokens = 0);
 
   // Adds one generated token (and its logprobs, or nullptr) to `delta`. Returns true when a
   // stop string matched: the text up to it is in `delta`, and every later token is ignored.

@@ -24,8 +24,9 @@ struct Fed {
   int tokens = 0;
   std::string matched;
 };
-Fed FeedAll(const Tokenizer& tok, const std::string& text, std::vector<std::string> stops) {
-  OutputAssembler out(tok, std::move(stops));
+Fed FeedAll(const Tokenizer& tok, const std::string& text, std::vector<std::string> stops,
+            int min_tokens = 0) {
+  OutputAssembler out(tok, std::move(stops), {}, min_tokens);
   Fed f;
   for (int32_t id : tok.Encode(text)) {
     Delta d;
@@ -60,6 +61,23 @@ TEST(OutputAssemblerTest, CutsAtAStopStringAndStopsCountingTokensThere) {
   EXPECT_EQ(f.matched, "\nQuestion:");
   EXPECT_LT(f.tokens,
             static_cast<int>(tok.Encode("The answer is 42.\nQuestion: what next?").size()));
+}
+
+// min_tokens (vLLM's): a stop string that ends before the min_tokens-th token is text; the
+// next occurrence, past it, stops.
+TEST(OutputAssemblerTest, AStopStringBeforeMinTokensIsText) {
+  const Tokenizer tok = LoadTokenizer();
+  const std::string text = "a.b.c.d.e.f.g.h.";
+  const int first_dot_end = static_cast<int>(tok.Encode("a.").size());
+  const Fed plain = FeedAll(tok, text, {"."});
+  EXPECT_EQ(plain.text, "a");
+  const int all = static_cast<int>(tok.Encode(text).size());
+  ASSERT_GT(all, first_dot_end + 2);
+  const Fed held = FeedAll(tok, text, {"."}, first_dot_end + 2);
+  EXPECT_TRUE(held.stopped);
+  EXPECT_GE(held.tokens, first_dot_end + 2) << held.text;
+  EXPECT_LT(held.text.size(), text.size());
+  EXPECT_EQ(held.text.rfind("a.", 0), 0u) << held.text;  // the first "." stayed text
 }
 
 TEST(OutputAssemblerTest, HoldsBackAPartialStopMatchAndReleasesItWhenItDoesNotComplete) {
