@@ -259,11 +259,8 @@ void ReadToolChoice(FieldReader& f, const std::set<std::string>& names, ChatComp
         "tool_choice.function.name",
         absl::StrCat("No tool named '", r->tool_choice_function, "' is in 'tools'.")));
   }
-  // Forcing a call needs decoding constrained to the call's format, which is not wired to tools
-  // yet; "auto" lets the model call a tool without the guarantee.
-  f.Fail(InvalidRequest("tool_choice",
-                        "'tool_choice' \"required\" or a named function is not supported yet "
-                        "(it needs constrained decoding); send \"auto\" or \"none\"."));
+  // "required" and a named function are honoured by constrained decoding (forced_tool_call.h);
+  // what they cannot be combined with is refused once the model is known (ChatGeneration).
 }
 
 void ReadTemplateKwargs(FieldReader& f, ChatCompletionRequest* r) {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/grammar/json_schema_compiler.h"
 #include "nlohmann/json.hpp"
+#include "router/forced_tool_call.h"
 
 namespace dq::router {
 namespace {
@@ -49,25 +50,53 @@ void SamplingJson(const v1::SamplingParams& s, bool chat, json& body) {
   }
 }
 
-// A schema the workers would refuse is a 400 here, before any worker runs; min_tokens must fit
-// in the tokens the request may generate.
-std::optional<ApiError> CheckConstraints(const SamplingOptions& s, int max_tokens) {
+// A schema the workers would refuse is a 400 here, before any worker runs, naming where it came
+// from (`schema_param`: "response_format", or "tools" for a forced call); min_tokens must fit in
+// the tokens the request may generate.
+std::optional<ApiError> CheckConstraints(const SamplingOptions& s, int max_tokens,
+                                         const std::string& schema_param = "response_format") {
   if (!s.json_schema.empty()) {
     absl::StatusOr<grammar::Grammar> g = grammar::CompileJsonSchema(s.json_schema);
     if (!g.ok()) {
-      return InvalidRequest("response_format",
-                            absl::StrCat("Invalid 'response_format': ", g.status().message(), "."));
+      return InvalidRequest(
+          schema_param, absl::StrCat("Invalid '", schema_param, "': ", g.status().message(), "."));
     }
     if (s.ignore_eos) {
-      return InvalidRequest("ignore_eos",
-                            "'ignore_eos' cannot be combined with a JSON 'response_format': the "
-                            "output ends with EOS once its document is complete.");
+      return InvalidRequest(
+          "ignore_eos",
+          absl::StrCat("'ignore_eos' cannot be combined with ",
+                       schema_param == "tools" ? "a forced tool call ('tool_choice' \"required\" "
+                                                 "or a named function)"
+                                               : "a JSON 'response_format'",
+                       ": the output ends with EOS once its document is "
+                       "complete."));
     }
   }
   if (s.min_tokens > max_tokens) {
     return InvalidRequest("min_tokens",
                           absl::StrCat("Invalid 'min_tokens': ", s.min_tokens, " is more than the ",
                                        max_tokens, " tokens this request may generate."));
+  }
+  return std::nullopt;
+}
+
+// What a forced call (tool_choice "required" or a function) cannot be combined with.
+std::optional<ApiError> CheckForcedCall(const ChatCompletionRequest& request,
+                                        const ServedModel& model) {
+  if (!request.sampling.json_schema.empty()) {
+    return InvalidRequest("response_format",
+                          "'response_format' json_object / json_schema cannot be combined with "
+                          "tool_choice \"required\" or a named function: the forced call is "
+                          "the answer's JSON. Send one of them.");
+  }
+  if (model.tool_call_format != ToolCallFormat::kHermes) {
+    return InvalidRequest(
+        "tool_choice",
+        absl::StrCat("tool_choice \"required\" or a named function is supported for models with "
+                     "the hermes tool-call format (Qwen, Hermes) only; the model '",
+                     model.name, "' uses ",
+                     std::string(ToolCallFormatName(*model.tool_call_format)),
+                     ". Send tool_choice \"auto\"."));
   }
   return std::nullopt;
 }
@@ -89,6 +118,10 @@ ApiResult<GenerationInput> ChatGeneration(const ChatCompletionRequest& request,
                               "the router with --tool-call-parser hermes|llama3_json|mistral (the "
                               "model family's format), or send tool_choice \"none\"."));
   }
+  const bool forced = tools && ForcesToolCall(request);
+  if (forced) {
+    if (std::optional<ApiError> bad = CheckForcedCall(request, model)) return *bad;
+  }
   if (tools) opts.tools = request.tools;
   opts.kwargs = request.template_kwargs;
   ApiResult<std::vector<int32_t>> prompt = model.ChatPrompt(request.messages, opts);
@@ -105,7 +138,12 @@ ApiResult<GenerationInput> ChatGeneration(const ChatCompletionRequest& request,
   in.top_logprobs = request.logprobs ? request.top_logprobs : 0;
   // The parser needs the markers even where they are special tokens.
   if (tools) in.keep_special_ids = model.tool_marker_ids;
-  if (std::optional<ApiError> bad = CheckConstraints(in.sampling, in.max_tokens)) return *bad;
+  // A forced call: the answer is the call object, held to its schema (router/forced_tool_call.h).
+  if (forced) in.sampling.json_schema = ForcedToolCallSchema(request);
+  if (std::optional<ApiError> bad =
+          CheckConstraints(in.sampling, in.max_tokens, forced ? "tools" : "response_format")) {
+    return *bad;
+  }
   return in;
 }
 

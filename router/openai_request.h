@@ -5,10 +5,11 @@
 // was expected. Unknown fields are ignored, as OpenAI and vLLM do; known fields this server
 // cannot honour (n > 1, best_of > 1, logit_bias, suffix, functions, a response_format
 // other than text) are rejected rather than silently dropped, since ignoring them would change
-// what the client gets. Tools (router/chat_request.h) are accepted with tool_choice "auto" or
-// "none" and parallel_tool_calls; the calls are read from the output by
-// router/tool_call_parser.h (docs/serving.md). tool_choice "required" or a named function is
-// refused: forcing a call needs decoding constrained to the call's format.
+// what the client gets. Tools (router/chat_request.h) are accepted with tool_choice "auto",
+// "none", "required" or a named function and parallel_tool_calls; the calls are read from the
+// output by router/tool_call_parser.h, and a forced call is held to its schema by constrained
+// decoding (router/forced_tool_call.h, checked against the model in ChatGeneration;
+// docs/serving.md).
 //
 // What is checked: the body is valid UTF-8 and valid JSON (an object, nested at most
 // max_json_depth deep); model is one of the served models (404 model_not_found otherwise);

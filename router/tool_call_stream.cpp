@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "router/forced_tool_call.h"
+
 namespace dq::router {
 namespace {
 
@@ -29,6 +31,9 @@ ToolCallStream ToolCallStream::For(const ChatCompletionRequest& request, const S
   if (request.tools.is_null() || request.tool_choice == ToolChoice::kNone) {
     return ToolCallStream(std::nullopt);
   }
+  // A forced call's answer is the call object alone ({"name": ..., "arguments": ...}), the shape
+  // the Llama 3 JSON parser reads whole at the end; the grammar allows exactly one.
+  if (ForcesToolCall(request)) return ToolCallStream(ToolCallFormat::kLlama3Json, 1);
   return ToolCallStream(model.tool_call_format, request.parallel_tool_calls ? 0 : 1);
 }
 

@@ -22,7 +22,7 @@ class ToolCallStream {
   explicit ToolCallStream(std::optional<ToolCallFormat> format, int max_calls = 0);
   // The request's: parsing when it has tools and tool_choice is not "none" (ChatGeneration has
   // already refused tools for a model without a format), at most one call without
-  // parallel_tool_calls.
+  // parallel_tool_calls; a forced call (forced_tool_call.h) is the whole answer, read at the end.
   static ToolCallStream For(const ChatCompletionRequest& request, const ServedModel& model);
 
   // Whole answer: the delta's content and completed calls go into `choice`.

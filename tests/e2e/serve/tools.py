@@ -6,16 +6,22 @@ whose text is a whole call. logit_bias +100 on one of them makes greedy decoding
 the router's parsing, special-token keeping and response shapes are checked on known output:
 message.tool_calls with content null and finish_reason tool_calls (or length when max_tokens
 cut the answer), delta.tool_calls chunks when streamed, parallel_tool_calls false, tool_choice
-none, the 400s for "required" / a named function, and for tools on a router started with
---tool-call-parser none (and for `dqserve up` with [router] tool_call_parser = "none"). Without
-bias: a well-formed answer."""
+none, and the 400s for tools on a router started with --tool-call-parser none (and for
+`dqserve up` with [router] tool_call_parser = "none"). Without bias: a well-formed answer.
+Forced calls (tool_choice a named function or "required"), sampled at temperature 1 over several
+seeds, plain and streamed: exactly one call, naming the function (or one of the tools), whose
+arguments parse and validate against that tool's parameters by Python's jsonschema (not our
+code); the random model writes no such thing unless decoding is constrained."""
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
+
+import jsonschema
 
 from serve_lib import (BIN, TINY, Deployment, check, finish, free_port, post_json, request,
                        served_name, stream, wait_port, wait_until)
@@ -140,11 +146,79 @@ def check_stream(port, name, ids):
           f"streamed: three calls indexed 0, 1, 2, finish_reason length: {calls}")
 
 
+# Bounded strings, so that a sampled call ends well within max_tokens.
+FORCED_TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "maxLength": 12},
+            "unit": {"enum": ["celsius", "fahrenheit"]}},
+            "required": ["city", "unit"], "additionalProperties": False}}},
+    {"type": "function", "function": {
+        "name": "get_time", "description": "The time in a zone",
+        "parameters": {"type": "object", "properties": {
+            "zone": {"type": "string", "maxLength": 8}, "offset": {"type": "integer"}},
+            "required": ["zone"], "additionalProperties": False}}},
+]
+PARAMETERS = {t["function"]["name"]: t["function"]["parameters"] for t in FORCED_TOOLS}
+NAMED = {"type": "function", "function": {"name": "get_time"}}
+FORCED_RUNS = 6
+
+
+def forced_call_ok(calls, names):
+    """(ok, why): one call naming one of `names`, arguments valid for that tool."""
+    if len(calls) != 1:
+        return False, f"{len(calls)} calls"
+    fn = calls[0].get("function", {})
+    if fn.get("name") not in names:
+        return False, f"name {fn.get('name')!r}"
+    try:
+        jsonschema.validate(json.loads(fn.get("arguments")), PARAMETERS[fn["name"]],
+                            cls=jsonschema.Draft202012Validator)
+    except (ValueError, TypeError, jsonschema.ValidationError) as e:
+        return False, f"arguments {fn.get('arguments')!r}: {e}"
+    shaped = calls[0].get("type") == "function" and len(calls[0].get("id", "")) == 29
+    return shaped, "" if shaped else f"id/type {calls[0]}"
+
+
+def check_forced(port, name, seed):
+    for choice, names in ((NAMED, ["get_time"]), ("required", list(PARAMETERS))):
+        good, seen, why = 0, set(), []
+        for i in range(FORCED_RUNS):
+            s, r = chat(port, name, tools=FORCED_TOOLS, tool_choice=choice, temperature=1,
+                        seed=seed + i, max_tokens=300)
+            c = r["choices"][0] if s == 200 else {}
+            calls = c.get("message", {}).get("tool_calls") or []
+            ok, w = forced_call_ok(calls, names)
+            ok = (ok and c.get("finish_reason") == "tool_calls"
+                  and c["message"].get("content") is None)
+            good += ok
+            if ok:
+                seen.add(calls[0]["function"]["name"])
+            else:
+                why.append(f"{s} {w} {c.get('finish_reason')} {str(r)[:300]}")
+        check(good == FORCED_RUNS, f"tool_choice {choice!r}: {good}/{FORCED_RUNS} answers are one "
+              f"valid call (temperature 1, seeds {seed}..) naming {sorted(seen)}: {why}")
+    body = {"model": name, "messages": [{"role": "user", "content": "Weather in Paris?"}],
+            "tools": FORCED_TOOLS, "temperature": 1, "max_tokens": 300, "stream": True}
+    for choice, names in ((NAMED, ["get_time"]), ("required", list(PARAMETERS))):
+        s, events, _ = stream(port, "/v1/chat/completions",
+                              {**body, "tool_choice": choice, "seed": seed})
+        payloads = [json.loads(e[len("data: "):]) for e in events if e != "data: [DONE]"]
+        calls = [t for p in payloads for t in p["choices"][0]["delta"].get("tool_calls") or []]
+        content = "".join(p["choices"][0]["delta"].get("content") or "" for p in payloads)
+        ok, why = forced_call_ok(calls, names)
+        check(s == 200 and ok and calls[0].get("index") == 0 and content == ""
+              and payloads[-1]["choices"][0]["finish_reason"] == "tool_calls",
+              f"streamed tool_choice {choice!r}: one valid call chunk, finish_reason tool_calls: "
+              f"{why} {events[-3:]}")
+
+
 def check_refusals(d, port, name, model):
-    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
-        s, r = chat(port, name, tool_choice=choice, max_tokens=2)
-        check(s == 400 and r.get("error", {}).get("param") == "tool_choice",
-              f"tool_choice {choice!r}: 400 (needs constrained decoding): {s} {r}")
+    s, r = chat(port, name, tool_choice="required", max_tokens=2,
+                response_format={"type": "json_object"})
+    check(s == 400 and r.get("error", {}).get("param") == "response_format",
+          f"tool_choice required with a JSON response_format: 400: {s} {r}")
     plain_port = free_port()
     args = ["--model", model, "--port", str(plain_port), "--tool-call-parser", "none"]
     for n, p in d.ports.items():
@@ -156,6 +230,9 @@ def check_refusals(d, port, name, model):
     err = r.get("error", {})
     check(s == 400 and err.get("param") == "tools" and "--tool-call-parser" in err.get("message", ""),
           f"--tool-call-parser none: tools get 400 naming the flag: {s} {r}")
+    s, r = chat(plain_port, name, max_tokens=2, tool_choice="required")
+    check(s == 400 and r.get("error", {}).get("param") == "tools",
+          f"--tool-call-parser none: tool_choice required gets 400 too: {s} {r}")
     s, r = chat(plain_port, name, max_tokens=2, tool_choice="none")
     check(s == 200, f"... tool_choice none still answers: {s}")
 
@@ -219,6 +296,9 @@ def main():
             check_markers(d.port, name, ids)
             check_stream(d.port, name, ids)
             check_unbiased(d.port, name)
+            seed = random.SystemRandom().randrange(1 << 30)
+            print(f"seed {seed}", flush=True)
+            check_forced(d.port, name, seed)
             check_refusals(d, d.port, name, model)
         check_up_config(work, model)
     finally:
