@@ -39,7 +39,11 @@ struct Generator::Sequence {
   double decode_start = 0;
 
   Sequence(size_t i, const GenerationRequest& r, const Tokenizer& tok)
-      : index(i), request(&r), sampler(r.params), detok(tok), stop(r.params.stop, r.params.min_tokens) {}
+      : index(i),
+        request(&r),
+        sampler(r.params),
+        detok(tok),
+        stop(r.params.stop, r.params.min_tokens) {}
 };
 
 absl::Status Generator::CheckRequests(std::span<const GenerationRequest> requests) const {
