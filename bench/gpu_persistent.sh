@@ -38,8 +38,11 @@ fi
 if [ -x "$bench_bin/dq-bench-gpu" ]; then
   formats=${DQ_FORMATS:-"bf16 bf16+persistent int4 int4+persistent int2 int2+persistent"}
   # shellcheck disable=SC2086
+  # DQ_PERSISTENT_TRACE=1: per-task times of the +persistent runs, summed per task kind (the
+  # figures then include 3 timer stores per task; the runs say "traced").
   timeout "${DQ_BENCH_TIMEOUT:-400}" "$bench_bin/dq-bench-gpu" --decode-formats $formats \
-    --prefill-formats --batches ${DQ_BATCHES:-1 4 8} --out "$out/bench.raw.json" ||
+    --prefill-formats --batches ${DQ_BATCHES:-1 4 8} --out "$out/bench.raw.json" \
+    ${DQ_PERSISTENT_TRACE:+--persistent-trace} ||
     echo "dq-bench-gpu: some runs failed"
   python3 bench/gpu_report.py "$out/bench.raw.json" \
     --machine "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" \
