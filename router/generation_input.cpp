@@ -105,11 +105,8 @@ std::optional<ApiError> CheckForcedCall(const ChatCompletionRequest& request,
 
 ApiResult<GenerationInput> ChatGeneration(const ChatCompletionRequest& request,
                                           const ServedModel& model, bool add_generation_prompt) {
-  ChatRenderOptions opts;
-  opts.add_generation_prompt = add_generation_prompt;
-  opts.enable_thinking = request.enable_thinking;
-  // tool_choice "none": the model is not told about the tools, so it answers in text.
-  const bool tools = !request.tools.is_null() && request.tool_choice != ToolChoice::kNone;
+  const ChatRenderOptions opts = ChatRenderOptionsFor(request, add_generation_prompt);
+  const bool tools = !opts.tools.is_null();
   if (tools && !model.tool_call_format) {
     return InvalidRequest(
         "tools", absl::StrCat("The model '", model.name,
@@ -122,8 +119,6 @@ ApiResult<GenerationInput> ChatGeneration(const ChatCompletionRequest& request,
   if (forced) {
     if (std::optional<ApiError> bad = CheckForcedCall(request, model)) return *bad;
   }
-  if (tools) opts.tools = request.tools;
-  opts.kwargs = request.template_kwargs;
   ApiResult<std::vector<int32_t>> prompt = model.ChatPrompt(request.messages, opts);
   if (!prompt.ok()) return prompt.error();
   const int n = static_cast<int>(prompt->size());

@@ -8,6 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "router/auth_and_limits.h"
+#include "router/tokenize_endpoint.h"
+#include "router/tokenize_request.h"
 #include "spdlog/spdlog.h"
 
 namespace dq::router {
@@ -19,7 +21,8 @@ ApiError NotFound(const HttpRequest& req) {
   return ApiError{404, "invalid_request_error",
                   "Not found: " + req.method + " " + req.path +
                       ". This server serves POST /v1/chat/completions, POST /v1/completions, "
-                      "GET /v1/models, GET /v1/models/{id}, GET /health and GET /metrics.",
+                      "GET /v1/models, GET /v1/models/{id}, POST /tokenize, POST /detokenize, "
+                      "GET /health and GET /metrics.",
                   "", "not_found"};
 }
 
@@ -59,6 +62,9 @@ const HttpServer::Route* HttpServer::FindRoute(const HttpRequest& req) {
       {"POST", "/v1/completions", &HttpServer::Completions, true, false},
       {"GET", "/v1/models", &HttpServer::Models, true, true},
       {"GET", "/v1/models/", &HttpServer::Model, true, true},  // + {id}: a prefix
+      // Rendering a chat can take a while: on a handler thread, not the I/O thread.
+      {"POST", "/tokenize", &HttpServer::Tokenize, true, false},
+      {"POST", "/detokenize", &HttpServer::Detokenize, true, false},
       {"GET", "/health", &HttpServer::Health, false, true},
       {"GET", "/metrics", &HttpServer::Metrics, true, true},
   };
@@ -215,6 +221,22 @@ void HttpServer::Model(const HttpRequest& req, HttpResponder& res) {
                  "model", "model_not_found"}));
   }
   res.Reply(HttpReply{200, "application/json", ModelJson(), {}});
+}
+
+void HttpServer::Tokenize(const HttpRequest& req, HttpResponder& res) {
+  if (auto e = CheckBodySize(req.body.size(), options_.max_body_bytes)) return BadRequest(res, *e);
+  ApiResult<TokenizeRequest> request = ParseTokenizeRequest(req.body, parse_options_);
+  if (!request.ok()) return BadRequest(res, request.error());
+  ApiResult<std::string> body = TokenizeJson(*request, pipeline_.model());
+  if (!body.ok()) return BadRequest(res, body.error());
+  res.Reply(HttpReply{200, "application/json", std::move(body).value(), {}});
+}
+
+void HttpServer::Detokenize(const HttpRequest& req, HttpResponder& res) {
+  if (auto e = CheckBodySize(req.body.size(), options_.max_body_bytes)) return BadRequest(res, *e);
+  ApiResult<DetokenizeRequest> request = ParseDetokenizeRequest(req.body, parse_options_);
+  if (!request.ok()) return BadRequest(res, request.error());
+  res.Reply(HttpReply{200, "application/json", DetokenizeJson(*request, pipeline_.model()), {}});
 }
 
 void HttpServer::Health(const HttpRequest&, HttpResponder& res) {

@@ -1,6 +1,7 @@
 // The OpenAI-compatible HTTP front end (on http_listener.h):
 //   POST /v1/chat/completions, POST /v1/completions  (stream via SSE, or one JSON body)
 //   GET  /v1/models   GET /v1/models/{id}   GET /health (no API key)   GET /metrics (Prometheus)
+//   POST /tokenize   POST /detokenize  (vLLM's, for clients that need the server's tokenizer)
 // Every error is an OpenAI-style JSON body; a handler never lets an exception reach the
 // listener. The key, the path and the declared length are checked before a body is read. A
 // request whose client disconnects is cancelled on both workers at its next token (a stream: at
@@ -79,6 +80,8 @@ class HttpServer {
   void Chat(const HttpRequest& req, HttpResponder& res);
   void Completions(const HttpRequest& req, HttpResponder& res);
   void Models(const HttpRequest& req, HttpResponder& res);
+  void Tokenize(const HttpRequest& req, HttpResponder& res);
+  void Detokenize(const HttpRequest& req, HttpResponder& res);
   void Model(const HttpRequest& req, HttpResponder& res);
   void Health(const HttpRequest& req, HttpResponder& res);
   void Metrics(const HttpRequest& req, HttpResponder& res);

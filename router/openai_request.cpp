@@ -49,6 +49,8 @@ std::string ParserReason(std::string_view what) {
   return std::string(what.substr(0, what.find("; last read")));
 }
 
+}  // namespace
+
 void ReadModel(FieldReader& f, const ParseOptions& options, std::string* model) {
   if (!f.String("model", model)) {
     // vLLM's leniency: a single-model server needs no name.
@@ -85,6 +87,8 @@ void ReadTokenIds(FieldReader& f, const json& ids, const std::string& param, int
     out->push_back(static_cast<int32_t>(id.get<int64_t>()));
   }
 }
+
+namespace {
 
 void ReadStopString(FieldReader& f, const json& s, const std::string& param,
                     std::vector<std::string>* stop) {
@@ -311,6 +315,8 @@ void ReadPrompt(FieldReader& f, const ParseOptions& options, CompletionRequest* 
   }
 }
 
+}  // namespace
+
 // Templates print tools and kwargs with |tojson in the client's key order (as transformers
 // does with Python dicts), which `json` (sorted keys) loses: take those two from an ordered
 // parse of the same, already validated body.
@@ -323,6 +329,8 @@ void KeepClientKeyOrder(std::string_view body, ChatCompletionRequest* r) {
   kwargs.erase("enable_thinking");
   r->template_kwargs = std::move(kwargs);
 }
+
+namespace {
 
 // Strict schemas emit properties in declared order: take the schema from an ordered parse.
 void KeepSchemaKeyOrder(std::string_view body, SamplingOptions* s) {

@@ -39,6 +39,8 @@
 
 namespace dq::router {
 
+class FieldReader;
+
 struct ParseOptions {
   // The model names this router serves. A request naming another model gets 404
   // model_not_found; a request naming none gets the first. Empty: any name is accepted.
@@ -82,5 +84,15 @@ ApiError PromptTooLong(int prompt_tokens, int max_tokens, int context,
 // PromptTooLong.
 ApiResult<int> ResolveMaxTokens(std::optional<int> requested, int prompt_tokens, int context,
                                 ApiEndpoint endpoint);
+
+// Shared by the bodies that carry them (tokenize_request.cpp too).
+// "model": one of options.served_models (404 model_not_found otherwise); absent: the first.
+void ReadModel(FieldReader& f, const ParseOptions& options, std::string* model);
+// `ids` (the value of `param`) as token ids, each in [0, vocab_size) (vocab_size 0: >= 0).
+void ReadTokenIds(FieldReader& f, const nlohmann::json& ids, const std::string& param,
+                  int vocab_size, std::vector<int32_t>* out);
+// Takes tools and chat_template_kwargs from an ordered parse of `body` (the client's key order,
+// which templates print with |tojson).
+void KeepClientKeyOrder(std::string_view body, ChatCompletionRequest* r);
 
 }  // namespace dq::router

@@ -54,6 +54,16 @@ ApiResult<std::vector<int32_t>> ServedModel::ChatPrompt(const std::vector<ChatMe
   return tokenizer.EncodeSpecialOutside(prompt->text, prompt->content);
 }
 
+ChatRenderOptions ChatRenderOptionsFor(const ChatCompletionRequest& request,
+                                       bool add_generation_prompt) {
+  ChatRenderOptions opts;
+  opts.add_generation_prompt = add_generation_prompt;
+  opts.enable_thinking = request.enable_thinking;
+  if (request.tool_choice != ToolChoice::kNone) opts.tools = request.tools;
+  opts.kwargs = request.template_kwargs;
+  return opts;
+}
+
 std::vector<int32_t> ServedModel::CompletionPrompt(const CompletionRequest& request) const {
   if (request.prompt_is_token_ids()) return std::get<1>(request.prompt);
   return tokenizer.Encode(std::get<0>(request.prompt), /*parse_special=*/true);

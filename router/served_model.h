@@ -54,6 +54,12 @@ struct ServedModel {
   std::string PromptText(const CompletionRequest& request) const;
 };
 
+// The template options of a chat request (for generation and for POST /tokenize alike): its
+// tools (none under tool_choice "none", so the model answers in text), enable_thinking and
+// chat_template_kwargs.
+ChatRenderOptions ChatRenderOptionsFor(const ChatCompletionRequest& request,
+                                       bool add_generation_prompt);
+
 // "Qwen3-4B" for "/m/Qwen3-4B/", "/m/Qwen3-4B" and "/m/Qwen3-4B.gguf".
 std::string ModelNameFromPath(const std::string& path);
 

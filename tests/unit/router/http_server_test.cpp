@@ -158,5 +158,31 @@ TEST_F(HttpServerTest, AValidRequestWithoutWorkersIs503AndTheServerKeepsServing)
   EXPECT_EQ(scheduler_.counters().in_flight, 0);
 }
 
+TEST_F(HttpServerTest, TokenizeAndDetokenizeNeedTheKeyAndRoundTrip) {
+  const std::string text = "Grüße, 世界 🎉";
+  EXPECT_EQ(Post("/tokenize", json{{"prompt", text}}.dump(), /*auth=*/false)->status, 401);
+  EXPECT_EQ(Post("/detokenize", R"({"tokens": [1]})", /*auth=*/false)->status, 401);
+  auto r = Post("/tokenize", json{{"model", "tiny"}, {"prompt", text}}.dump());
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json body = json::parse(r->body);
+  EXPECT_EQ(body["tokens"].get<std::vector<int32_t>>(), model_.tokenizer.Encode(text));
+  EXPECT_EQ(body["count"], body["tokens"].size());
+  EXPECT_EQ(body["max_model_len"], 64);
+  r = Post("/detokenize", json{{"tokens", body["tokens"]}}.dump());
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["prompt"], text);
+  r = Post("/tokenize", R"({"model": "gpt-4", "prompt": "x"})");
+  EXPECT_EQ(r->status, 404);
+  EXPECT_EQ(Error(r)["code"], "model_not_found");
+  r = Post("/detokenize", R"({"tokens": [99999999]})");
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(Error(r)["param"], "tokens[0]");
+  r = Post("/tokenize", "{bad");
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(Get("/tokenize")->status, 404);  // POST only
+}
+
 }  // namespace
 }  // namespace dq::router
