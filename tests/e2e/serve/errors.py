@@ -1,7 +1,8 @@
 """Bad input against a live router: 400 with an OpenAI-style body naming the field, 401 for a
 missing or wrong key, 404 for an unknown model, 413 for an oversized body; the server keeps
-serving after each. Special tokens in a message's content are text, not control tokens, unless
-the router runs with --special-tokens-in-content (a second router over the same workers)."""
+serving after each. POST /tokenize and /detokenize answer the ids generation uses. Special
+tokens in a message's content are text, not control tokens, unless the router runs with
+--special-tokens-in-content (a second router over the same workers)."""
 import json
 import socket
 
@@ -69,6 +70,7 @@ def main():
         check(all(pr.poll() is None for pr in d.procs.values()), "no process died")
         special_tokens_in_content(d, name)
         http10_stream(p, name)
+        tokenize_endpoints(p, name)
     finish()
 
 
@@ -94,10 +96,51 @@ def http10_stream(port, name):
           f"HTTP/1.0 stream without chunked encoding ({status_line!r}, {events[-40:]!r})")
 
 
-def prompt_tokens(port, name, content):
-    body = {"model": name, "messages": [{"role": "user", "content": content}], "max_tokens": 1}
+def tokenize_endpoints(port, name):
+    """POST /tokenize and /detokenize (vLLM's shape): the ids are those generation uses (their
+    count is the completions' and chats' usage.prompt_tokens), detokenize gives the text back,
+    the key is required, bad bodies are 400/404 naming the field."""
+    text = "Grüße aus 東京 🎉 — naïve café, 42 tokens?"
+    status, out = post_json(port, "/tokenize", {"model": name, "prompt": text,
+                                                "return_token_strs": True}, headers=AUTH)
+    check(status == 200 and out["count"] == len(out["tokens"]) > 0
+          and len(out["token_strs"]) == out["count"] and out["max_model_len"] > 0,
+          f"/tokenize prompt form: {status} {str(out)[:120]}")
+    ids = out.get("tokens", [])
+    status, done = post_json(port, "/v1/completions", {"model": name, "prompt": text,
+                                                       "max_tokens": 1}, headers=AUTH)
+    check(status == 200 and done["usage"]["prompt_tokens"] == len(ids),
+          f"/tokenize count {len(ids)} = /v1/completions prompt_tokens "
+          f"{done.get('usage', {}).get('prompt_tokens')}")
+    status, back = post_json(port, "/detokenize", {"model": name, "tokens": ids}, headers=AUTH)
+    check(status == 200 and back.get("prompt") == text, f"/detokenize round trip: {back}")
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": text}]
+    status, chat = post_json(port, "/tokenize", {"messages": msgs}, headers=AUTH)
+    count = chat.get("count")
+    check(status == 200 and count == prompt_tokens_of(port, name, msgs),
+          f"/tokenize chat form count {count} = the chat's prompt_tokens")
+    status, bare = post_json(port, "/tokenize", {"messages": msgs, "add_generation_prompt": False},
+                             headers=AUTH)
+    check(status == 200 and 0 < bare["count"] < count and chat["tokens"][:bare["count"]]
+          == bare["tokens"], "add_generation_prompt false: a prefix without the assistant header")
+    expect(port, "/tokenize", {"prompt": text}, 401, headers={}, what="/tokenize without the key")
+    expect(port, "/detokenize", {"tokens": ids}, 401, headers={}, what="/detokenize without key")
+    expect(port, "/tokenize", b"{oops", 400, what="/tokenize malformed JSON")
+    expect(port, "/tokenize", {"prompt": text, "bogus": 1}, 400, "bogus")
+    expect(port, "/tokenize", {"prompt": 7}, 400, "prompt")
+    expect(port, "/tokenize", {"model": "gpt-17", "prompt": text}, 404, "model")
+    expect(port, "/detokenize", {"tokens": [1, 99999999]}, 400, "tokens")
+    expect(port, "/detokenize", {"tokens": "abc"}, 400, "tokens")
+
+
+def prompt_tokens_of(port, name, messages):
+    body = {"model": name, "messages": messages, "max_tokens": 1}
     status, out = post_json(port, "/v1/chat/completions", body, headers=AUTH)
     return out["usage"]["prompt_tokens"] if status == 200 else -status
+
+
+def prompt_tokens(port, name, content):
+    return prompt_tokens_of(port, name, [{"role": "user", "content": content}])
 
 
 def special_tokens_in_content(d, name):
