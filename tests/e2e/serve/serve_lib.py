@@ -155,14 +155,14 @@ class Deployment:
 
 class Up:
     """`dqserve up --config FILE`: one prefill and one decode worker (one thread each) on `model`,
-    `decode_toml` appended to the [decode] table (`prefill_toml` to the [prefill] one); the router
-    on self.port."""
+    `decode_toml` appended to the [decode] table (`prefill_toml` to the [prefill] one,
+    `router_toml` to the [router] one); the router on self.port."""
 
-    def __init__(self, work, name, model, decode_toml, prefill_toml=""):
+    def __init__(self, work, name, model, decode_toml, prefill_toml="", router_toml=""):
         self.port = free_port()
         cfg = os.path.join(work, name + ".toml")
         with open(cfg, "w") as f:
-            f.write(f'model = "{model}"\n[router]\nport = {self.port}\n'
+            f.write(f'model = "{model}"\n[router]\nport = {self.port}\n{router_toml}'
                     f'[prefill]\nthreads = 1\nport = {free_port()}\n{prefill_toml}'
                     f'[decode]\nthreads = 1\nport = {free_port()}\n' + decode_toml)
         self.log = os.path.join(work, "up.log")

@@ -9,14 +9,11 @@ import json
 import os
 import random
 import shutil
-import signal
-import subprocess
 import tempfile
-import time
 
 import jsonschema
 
-from serve_lib import (BIN, TINY, Deployment, check, finish, free_port, post_json, served_name,
+from serve_lib import (TINY, Deployment, Up, check, finish, post_json, served_name,
                        stream)
 
 CHAT = "/v1/chat/completions"
@@ -221,21 +218,9 @@ def check_errors(port, name):
 def check_up(seed):
     """The same through `dqserve up` (its config, its supervised processes)."""
     work = tempfile.mkdtemp(prefix="dq-structured-")
-    port = free_port()
-    cfg = os.path.join(work, "up.toml")
-    with open(cfg, "w") as f:
-        f.write(f'model = "{TINY}"\n[router]\nport = {port}\n'
-                f'[prefill]\nthreads = 1\nport = {free_port()}\n'
-                f'[decode]\nthreads = 1\nport = {free_port()}\n')
-    log = os.path.join(work, "up.log")
-    proc = subprocess.Popen([os.path.join(BIN, "dqserve"), "up", "--config", cfg],
-                            stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+    up = Up(work, "up", TINY, "")
     try:
-        end = time.time() + 180
-        while "dqserve: serving" not in open(log, errors="replace").read():
-            if proc.poll() is not None or time.time() > end:
-                raise RuntimeError("dqserve up did not start: " + open(log).read())
-            time.sleep(0.1)
+        port = up.port
         name, good = served_name(port), 0
         for i, schema in enumerate(SCHEMAS):
             s, r = post_json(port, CHAT, {"model": name, "messages": MSGS, "temperature": 1,
@@ -248,8 +233,7 @@ def check_up(seed):
                 check(False, f"dqserve up json_schema answer {i}: {s} {why} {text[:200]!r}")
         check(good == len(SCHEMAS), f"dqserve up: {good}/{len(SCHEMAS)} json_schema answers valid")
     finally:
-        proc.send_signal(signal.SIGINT)
-        check(proc.wait(timeout=30) == 0, "dqserve up stopped cleanly")
+        check(up.stop() == 0, "dqserve up stopped cleanly")
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -16,14 +16,11 @@ import json
 import os
 import random
 import shutil
-import signal
-import subprocess
 import tempfile
-import time
 
 import jsonschema
 
-from serve_lib import (BIN, TINY, Deployment, check, finish, free_port, post_json, request,
+from serve_lib import (TINY, Deployment, Up, check, finish, free_port, post_json, request,
                        served_name, stream, wait_port, wait_until)
 
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
@@ -261,27 +258,14 @@ def check_unbiased(port, name):
 
 def check_up_config(work, model):
     """`dqserve up` passes [router] tool_call_parser on to the router."""
-    port = free_port()
-    cfg = os.path.join(work, "up.toml")
-    with open(cfg, "w") as f:
-        f.write(f'model = "{model}"\n[router]\nport = {port}\ntool_call_parser = "none"\n'
-                f'[prefill]\nthreads = 1\nport = {free_port()}\n'
-                f'[decode]\nthreads = 1\nport = {free_port()}\n')
-    log = os.path.join(work, "up.log")
-    proc = subprocess.Popen([os.path.join(BIN, "dqserve"), "up", "--config", cfg],
-                            stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+    up = Up(work, "up", model, "", router_toml='tool_call_parser = "none"\n')
     try:
-        end = time.time() + 180
-        while "dqserve: serving" not in open(log, errors="replace").read():
-            if proc.poll() is not None or time.time() > end:
-                raise RuntimeError("dqserve up did not start: " + open(log).read())
-            time.sleep(0.1)
+        port = up.port
         s, r = chat(port, served_name(port), max_tokens=2)
         check(s == 400 and "--tool-call-parser" in r.get("error", {}).get("message", ""),
               f"dqserve up with [router] tool_call_parser = \"none\": tools get 400: {s}")
     finally:
-        proc.send_signal(signal.SIGINT)
-        check(proc.wait(timeout=30) == 0, "dqserve up stopped cleanly")
+        check(up.stop() == 0, "dqserve up stopped cleanly")
 
 
 def main():

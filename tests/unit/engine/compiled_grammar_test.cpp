@@ -16,6 +16,7 @@
 #include "engine/grammar/json_schema_compiler.h"
 #include "engine/grammar/token_vocabulary.h"
 #include "tests/unit/engine/json_schema_testing.h"
+#include "tests/unit/engine/qwen_test_tokenizer.h"
 
 namespace dq::grammar {
 namespace {
@@ -27,15 +28,7 @@ using testing::Json;
 constexpr int32_t kEos = 2;       // <|im_end|>
 constexpr int32_t kPadding = 40;  // logit rows past the tokenizer's ids (never allowed)
 
-const Tokenizer& QwenTokenizer() {
-  static const auto* tok = [] {
-    auto t = Tokenizer::FromHfJson(std::string(DQ_SOURCE_DIR) +
-                                   "/tests/golden/tokenizer/qwen-style/tokenizer.json");
-    EXPECT_TRUE(t.ok()) << t.status();
-    return new Tokenizer(t.ok() ? *t : Tokenizer());
-  }();
-  return *tok;
-}
+using ::dq::testing::QwenTokenizer;
 
 std::shared_ptr<const TokenVocabulary> QwenVocab() {
   static const auto* vocab =

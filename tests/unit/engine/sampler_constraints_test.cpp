@@ -18,6 +18,7 @@
 #include "engine/grammar/token_vocabulary.h"
 #include "engine/sampler/sampler.h"
 #include "tests/unit/engine/json_schema_testing.h"
+#include "tests/unit/engine/qwen_test_tokenizer.h"
 
 namespace dq {
 namespace {
@@ -133,15 +134,7 @@ TEST(SamplerConstraints, MinTokensMasksEosAndStopIdsUntilReached) {
   EXPECT_GT(steps, 0);
 }
 
-const Tokenizer& QwenTokenizer() {
-  static const auto* tok = [] {
-    auto t = Tokenizer::FromHfJson(std::string(DQ_SOURCE_DIR) +
-                                   "/tests/golden/tokenizer/qwen-style/tokenizer.json");
-    EXPECT_TRUE(t.ok()) << t.status();
-    return new Tokenizer(t.ok() ? *t : Tokenizer());
-  }();
-  return *tok;
-}
+using ::dq::testing::QwenTokenizer;
 
 constexpr int32_t kEos = 2;  // <|im_end|>
 
