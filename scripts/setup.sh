@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 preset=${1:-${DQ_PRESET:-release}}
 
 packages=(build-essential cmake ninja-build ccache pkg-config git unzip python3 python3-pip
-  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  python3-venv libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libspdlog-dev nlohmann-json3-dev libcpp-httplib-dev libboost-dev libcli11-dev libtomlplusplus-dev
   libpcre2-dev clang-format libgtest-dev libgmock-dev libucx-dev curl openssl python3-jinja2
   python3-jsonschema  # judges structured output (tests/e2e/serve/structured_output.py)
