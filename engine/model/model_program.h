@@ -186,7 +186,8 @@ constexpr auto BlockSlots() {
 }
 
 // Every tensor a bound `block` holds, as its checkpoint names it: linear(role, input, weight)
-// for each linear, vector(role, values) for each vector it has (an optional one only when set).
+// for each linear, vector(role, bare, values) for each vector it has (an optional one only when
+// set; `bare`: VectorSlot::bare, its HF name has no ".weight").
 template <typename LinearFn, typename VectorFn>
 void ForEachBlockTensor(const Block& block, LinearFn&& linear, VectorFn&& vector) {
   std::visit(
@@ -194,7 +195,7 @@ void ForEachBlockTensor(const Block& block, LinearFn&& linear, VectorFn&& vector
         using T = std::decay_t<decltype(blk)>;
         const auto [linears, vectors] = BlockSlots<T>();
         for (const auto& s : vectors) {
-          if (!s.optional || !(blk.*s.values).empty()) vector(s.role, blk.*s.values);
+          if (!s.optional || !(blk.*s.values).empty()) vector(s.role, s.bare, blk.*s.values);
         }
         for (const auto& s : linears) linear(s.role, s.input, blk.*s.weight);
       },

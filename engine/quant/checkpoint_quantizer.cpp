@@ -53,6 +53,22 @@ absl::StatusOr<std::vector<float>> ReadF32(Job& job, const std::string& name) {
   return v;
 }
 
+// A linear layer's fp32 [out, in] values: the stored matrix itself when it is a plain one, else
+// the bound weight's scheme components (a quantized source being dequantized; fp8 keeps its
+// values in "<module>.weight" beside the scales), all marked consumed.
+std::vector<float> ReadLinear(Job& job, const std::string& name, const LinearWeight& w) {
+  if (w.codec == nullptr && job.src.checkpoint->Find(name) != nullptr) return *ReadF32(job, name);
+  const std::string lead = name.substr(0, name.size() - std::string("weight").size());
+  for (const TensorView& t : job.src.checkpoint->tensors()) {
+    if (t.name.rfind(lead, 0) == 0 && t.name.find('.', lead.size()) == std::string::npos) {
+      job.consumed.insert(t.name);
+    }
+  }
+  std::vector<float> v(w.out_features * w.in_features);
+  for (int64_t r = 0; r < w.out_features; ++r) DequantizeLinearRow(w, r, &v[r * w.in_features]);
+  return v;
+}
+
 void AddPlain(Job& job, const std::string& name, DType dtype, std::vector<int64_t> shape,
               const std::vector<float>& v) {
   std::vector<uint8_t> b(v.size() * DTypeBlockBytes(dtype));
@@ -85,9 +101,17 @@ float Amax(const std::vector<float>& v) {
   return m;
 }
 
+// Whether the linears reading `input` share one NVFP4 global scale (they read one activation).
+bool SharesGlobalScale(LinearInput input) {
+  return input == LinearInput::kQkv || input == LinearInput::kGateUp ||
+         input == LinearInput::kGdnIn;
+}
+
 // One layer of the program, tensor by tensor as its blocks declare them (model_program.h's slot
-// tables): vectors (norms) stay f32, linears are quantized. NVFP4: the linears that read one
-// input (q/k/v, gate/up) share one global scale.
+// tables): vectors (norms, a GDN's conv, dt_bias and A_log) are copied as stored (values exact in
+// f32, the stored shape and convention kept: zero-centred norms stay zero-centred), linears are
+// quantized. NVFP4: the linears that read one input (q/k/v, gate/up, a GDN's four input
+// projections) share one global scale.
 absl::Status QuantizeLayer(Job& job, int layer, const ProgramLayer& program_layer) {
   struct Pending {
     std::string role;
@@ -101,27 +125,24 @@ absl::Status QuantizeLayer(Job& job, int layer, const ProgramLayer& program_laye
   for (const Block& block : program_layer.blocks) {
     ForEachBlockTensor(
         block,
-        [&](const char* role, LinearInput input, const LinearWeight&) {
-          if (!status.ok()) return;
-          const std::string name = job.src_names.Layer(layer, role);
-          auto w = ReadF32(job, name);
-          if (!w.ok()) {
-            status = w.status();
-            return;
-          }
+        [&](const char* role, LinearInput input, const LinearWeight& bound) {
+          std::vector<float> w = ReadLinear(job, job.src_names.Layer(layer, role), bound);
           float& amax = shared_amax[input];
-          amax = std::max(amax, Amax(*w));
-          linears.push_back({role, input, std::move(*w), job.src.checkpoint->Find(name)->shape});
+          amax = std::max(amax, Amax(w));
+          linears.push_back({role, input, std::move(w), {bound.out_features, bound.in_features}});
         },
-        [&](const char* role, const std::vector<float>&) {
+        [&](const char* role, bool bare, const std::vector<float>&) {
           if (!status.ok()) return;
-          auto v = ReadF32(job, job.src_names.Layer(layer, role));
+          const auto name = [&](const TensorNames& n) {
+            return bare ? n.LayerBare(layer, role) : n.Layer(layer, role);
+          };
+          auto v = ReadF32(job, name(job.src_names));
           if (!v.ok()) {
             status = v.status();
             return;
           }
-          AddPlain(job, job.out_names.Layer(layer, role), DType::kF32,
-                   {static_cast<int64_t>(v->size())}, *v);
+          AddPlain(job, name(job.out_names), DType::kF32,
+                   job.src.checkpoint->Find(name(job.src_names))->shape, *v);
         });
   }
   DQ_RETURN_IF_ERROR(status);
@@ -134,9 +155,7 @@ absl::Status QuantizeLayer(Job& job, int layer, const ProgramLayer& program_laye
     }
     QuantizeOptions qo;
     qo.group_size = job.opt.group_size;
-    if (l.input == LinearInput::kQkv || l.input == LinearInput::kGateUp) {
-      qo.shared_amax = shared_amax[l.input];
-    }
+    if (SharesGlobalScale(l.input)) qo.shared_amax = shared_amax[l.input];
     auto q = job.codec->Quantize(l.w.data(), l.shape[0], l.shape[1], qo);
     if (!q.ok())
       return absl::Status(q.status().code(), base + ": " + std::string(q.status().message()));
@@ -185,12 +204,25 @@ absl::Status CheckAllConsumed(const Job& job) {
   return absl::OkStatus();
 }
 
+// The source's own config.json when it has one (every field of its architecture kept as written,
+// e.g. Gemma's layer_types and RoPE bases), else one derived from the GGUF metadata.
+absl::StatusOr<nlohmann::json> OutputConfigJson(const Job& job) {
+  if (job.src_names.gguf()) return HfConfigJson(job.src.config);
+  const fs::path path(job.src.path);
+  const fs::path src = (fs::is_directory(path) ? path : path.parent_path()) / "config.json";
+  std::ifstream f(src);
+  nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return absl::InvalidArgumentError(src.string() + " is not a JSON object");
+  return j;
+}
+
 absl::Status WriteOutputs(Job& job, const std::string& out_dir) {
   fs::create_directories(out_dir);
   std::map<std::string, std::string> meta = {{"format", "pt"}, {"producer", "dq-quantize"}};
   DQ_RETURN_IF_ERROR(
       WriteSafetensors((fs::path(out_dir) / "model.safetensors").string(), job.entries, meta));
-  nlohmann::json config = HfConfigJson(job.src.config);
+  DQ_ASSIGN_OR_RETURN(nlohmann::json config, OutputConfigJson(job));
+  config.erase("quantization_config");  // a dequantized source's
   if (job.codec != nullptr) {
     QuantConfig q;
     q.method = "dqserve";
@@ -206,17 +238,22 @@ absl::Status WriteOutputs(Job& job, const std::string& out_dir) {
 
 absl::Status QuantizeCheckpoint(const Model& source, const std::string& out_dir,
                                 const QuantizeCheckpointOptions& opt) {
-  if (source.config.quant.quantized()) {
+  const bool plain = opt.format == "bf16" || opt.format == "f32";
+  if (source.config.quant.quantized() && !plain) {
     return absl::InvalidArgumentError(
         absl::StrCat("the source checkpoint is already quantized (", source.config.quant.scheme,
-                     "); quantize from the original bf16/f32 or GGUF model"));
+                     "); quantize from the original bf16/f32 or GGUF model (--format f32 or bf16 "
+                     "dequantizes it)"));
   }
-  if (!source.config.llama_layer()) {
+  const bool gguf = source.checkpoint->format() == "gguf";
+  DQ_ASSIGN_OR_RETURN(const Architecture* arch, RequireArchitecture(source.config.architecture));
+  if (gguf && !source.config.llama_layer()) {
     return absl::UnimplementedError(
-        "dq-quantize writes only the Llama/Qwen3 layer so far; this model (Gemma 3) is served "
-        "from its own checkpoint");
+        absl::StrCat("dq-quantize reads GGUF files of the Llama/Qwen3 layer only; quantize this ",
+                     std::string(arch->name), " model from its HF checkpoint"));
   }
-  Job job{source, opt, nullptr, TensorNames(source.checkpoint->format() == "gguf")};
+  Job job{source, opt, nullptr, ArchitectureTensorNames(*arch, gguf)};
+  job.out_names = ArchitectureTensorNames(*arch, false);
   if (opt.format != "bf16" && opt.format != "f32") {
     DQ_ASSIGN_OR_RETURN(job.codec, FindWeightCodec(opt.format));
   }
