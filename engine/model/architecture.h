@@ -31,6 +31,9 @@ struct Architecture {
   absl::Status (*configure_hf)(const nlohmann::json& config, ModelConfig& c) = nullptr;
   bool hf_sandwich_norms = false;  // TensorNames' Gemma layout of HF norm names
   bool reads_gguf = true;          // false: its GGUF metadata is not read yet
+  // Reads what only this architecture has from GGUF metadata (after the generic `<arch>.*`
+  // keys and `configure`); null: nothing beyond them.
+  absl::Status (*configure_gguf)(const GgufFile& gguf, ModelConfig& c) = nullptr;
 };
 
 // Every architecture this build runs.

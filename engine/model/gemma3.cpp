@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "engine/checkpoint/gguf_file.h"
 
 namespace dq {
 namespace {
@@ -82,6 +83,40 @@ absl::Status ConfigureHf(const nlohmann::json& j, ModelConfig& c) {
   return absl::OkStatus();
 }
 
+// llama.cpp's gemma3 GGUF metadata: the window and the global layers' RoPE scaling are stored;
+// what its loader fixes for every Gemma 3 is fixed here the same way when the file does not say
+// it: every 6th layer global, local RoPE base 10000, scores scaled by 1/sqrt(head_dim) (the 27B,
+// 62 layers, by 1/sqrt(hidden / heads): its query_pre_attn_scalar, which GGUF does not store).
+absl::Status ConfigureGguf(const GgufFile& g, ModelConfig& c) {
+  for (const char* cap : {"gemma3.final_logit_softcapping", "gemma3.attn_logit_softcapping"}) {
+    if (g.GetFloat(cap).ok()) {
+      return absl::UnimplementedError(
+          absl::StrCat("GGUF: Gemma 3 with ", cap, " is not supported"));
+    }
+  }
+  c.gelu_mlp = true;
+  DQ_ASSIGN_OR_RETURN(int64_t window, g.GetInt("gemma3.attention.sliding_window"));
+  c.sliding_window = static_cast<int>(window);
+  auto pattern = g.GetInt("gemma3.attention.sliding_window_pattern");
+  const int64_t every = pattern.ok() ? *pattern : 6;
+  c.sliding_layers.assign(c.num_layers, false);
+  for (int i = 0; i < c.num_layers; ++i) c.sliding_layers[i] = every <= 0 || (i + 1) % every;
+  auto local = g.GetFloat("gemma3.rope.freq_base_swa");
+  c.rope_local_theta = local.ok() ? static_cast<float>(*local) : 10000.0f;
+  if (auto type = g.GetString("gemma3.rope.scaling.type"); type.ok() && *type != "none") {
+    if (*type != "linear") {
+      return absl::UnimplementedError("GGUF: Gemma 3 rope.scaling.type '" + *type +
+                                      "' is not supported; only 'linear'");
+    }
+    DQ_ASSIGN_OR_RETURN(double factor, g.GetFloat("gemma3.rope.scaling.factor"));
+    c.rope_linear_factor = static_cast<float>(factor);
+  }
+  const float scalar = c.num_layers == 62 ? static_cast<float>(c.hidden_size / c.num_heads)
+                                          : static_cast<float>(c.head_dim);
+  c.attention_scale = 1.0f / std::sqrt(scalar);
+  return absl::OkStatus();
+}
+
 // HF's Gemma RMSNorm multiplies by (1 + w); llama.cpp's converter adds the 1 when it writes a
 // GGUF file, so a bound norm always multiplies by its values.
 void AddOne(std::vector<float>& norm) {
@@ -122,7 +157,8 @@ const Architecture& Gemma3Architecture() {
                                     .bind = &Bind,
                                     .configure_hf = &ConfigureHf,
                                     .hf_sandwich_norms = true,
-                                    .reads_gguf = false};
+                                    .reads_gguf = true,
+                                    .configure_gguf = &ConfigureGguf};
   return kGemma3;
 }
 

@@ -162,6 +162,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufFile& g) {
   c.tie_word_embeddings = g.Find("output.weight") == nullptr;
   c.rope_style = RopeStyle::kNeox;
   if (arch->configure) arch->configure(c, /*gguf=*/true);
+  if (arch->configure_gguf) DQ_RETURN_IF_ERROR(arch->configure_gguf(g, c));
   auto bos = g.GetInt("tokenizer.ggml.bos_token_id");
   if (bos.ok()) c.bos_token_id = static_cast<int32_t>(*bos);
   auto eos = g.GetInt("tokenizer.ggml.eos_token_id");

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Gemma 3 from GGUF: the tiny Gemma 3 written as llama.cpp lays out a `gemma3` GGUF file
+# (tests/fixtures/hf_to_gguf.py with gguf-py from PyPI, in the e2e venv: llama.cpp's names,
+# norms stored as 1 + w, the window and RoPE base in metadata, a gpt2 tokenizer) and read by
+# dqserve's GGUF loader gives exactly the safetensors checkpoint's logits (whose numerics
+# model_golden_test holds against transformers), the same greedy continuation past the window,
+# the same token ids and the same `dqserve generate` text. Refusals: softcapping, an unknown
+# RoPE scaling, a missing window, and dq-quantize from the GGUF.
+source "$(dirname "$0")/lib.sh"
+GEMMA3=$(dirname "$BIN")/tiny-gemma3
+py=$("$SRC/scripts/test-venv.sh" "$(dirname "$BIN")/venv-e2e") || { fail "test venv"; finish; }
+GGUF=$TMP/tiny-gemma3.gguf
+if "$py" "$SRC/tests/fixtures/hf_to_gguf.py" "$GEMMA3" "$GGUF" 2>"$TMP/conv.err"; then
+  pass "gguf-py wrote $(du -k "$GGUF" | cut -f1) KiB"
+else
+  fail "hf_to_gguf.py: $(tail -3 "$TMP/conv.err")"; finish
+fi
+
+# 20 prompt ids (past the window of 8), 24 greedy steps, the top 50 logits of the prompt.
+ids=$(python3 -c 'print([(i * 7919 + 13) % 5000 + 100 for i in range(20)])')
+for m in "$GEMMA3" "$GGUF"; do
+  "$BIN/dq-tool" logits --model "$m" --ids "$ids" --greedy 24 --top 50 --threads 1 \
+    >"$TMP/logits-$(basename "$m").json" 2>"$TMP/logits.err" || fail "logits $m: $(cat "$TMP/logits.err")"
+done
+if python3 - "$TMP/logits-tiny-gemma3.json" "$TMP/logits-tiny-gemma3.gguf.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert len(a["top"]) == 50 and len(a["greedy"]) == 24, a
+assert a["top"] == b["top"], (a["top"][:3], b["top"][:3])
+assert a["greedy"] == b["greedy"], (a["greedy"], b["greedy"])
+print("top logit", a["top"][0], "greedy", a["greedy"][:8], "...")
+PY
+then pass "GGUF logits (top 50) and 24 greedy tokens equal the safetensors checkpoint's exactly"
+else fail "GGUF logits differ from the safetensors path"; fi
+
+text="The quick brown fox, 12345 <|im_start|> héllo wörld!"
+a=$("$BIN/dq-tool" tokenize --model "$GEMMA3" --text "$text" 2>&1)
+b=$("$BIN/dq-tool" tokenize --model "$GGUF" --text "$text" 2>&1)
+[ -n "$a" ] && [ "$a" = "$b" ] && pass "GGUF tokenizer gives the same ids: $a" \
+  || fail "tokenize: safetensors $a, GGUF $b"
+
+gen() { "$BIN/dqserve" generate --model "$1" --prompt "Tell me about the moon" --max-tokens 16 \
+          --temperature 0 --threads 1 2>/dev/null; }
+ga=$(gen "$GEMMA3"); gb=$(gen "$GGUF")
+[ -n "$ga" ] && [ "$ga" = "$gb" ] && pass "dqserve generate: same text through the chat template" \
+  || fail "generate: safetensors '$ga', GGUF '$gb'"
+
+# Refusals, each a GGUF the fixture writer changes in one place.
+variant() {  # variant NAME PYTHON: a copy of the GGUF with the metadata edit PYTHON applied to w
+  "$py" - "$GGUF" "$TMP/$1.gguf" "$2" <<'PY'
+import sys
+import gguf
+src, dst, edit = sys.argv[1:4]
+r = gguf.GGUFReader(src)
+w = gguf.GGUFWriter(dst, arch="gemma3")
+skip = {"GGUF.version", "GGUF.tensor_count", "GGUF.kv_count", "general.architecture"}
+drop = edit[len("drop "):] if edit.startswith("drop ") else None
+for k, f in r.fields.items():
+    if k in skip or k == drop:
+        continue
+    t = f.types[0]
+    if t == gguf.GGUFValueType.ARRAY:
+        sub = f.types[-1]
+        vals = [bytes(f.parts[i]).decode() if sub == gguf.GGUFValueType.STRING
+                else f.parts[i].tolist()[0] for i in f.data]
+        w.add_key_value(k, vals, t, sub_type=sub)
+    elif t == gguf.GGUFValueType.STRING:
+        w.add_key_value(k, bytes(f.parts[f.data[0]]).decode(), t)
+    else:
+        w.add_key_value(k, f.parts[f.data[0]].tolist()[0], t)
+if drop is None:
+    exec(edit)
+for t in r.tensors:
+    w.add_tensor(t.name, t.data.reshape([int(x) for x in reversed(t.shape)]))
+w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+PY
+}
+ids1='[5,6,7]'
+variant softcap 'w.add_float32("gemma3.final_logit_softcapping", 30.0)' &&
+  expect_error "softcapping refused" "final_logit_softcapping is not supported" \
+    "$BIN/dq-tool" logits --model "$TMP/softcap.gguf" --ids "$ids1"
+variant yarn 'w.add_string("gemma3.rope.scaling.type", "yarn")' &&
+  expect_error "yarn RoPE scaling refused" "rope.scaling.type 'yarn' is not supported" \
+    "$BIN/dq-tool" logits --model "$TMP/yarn.gguf" --ids "$ids1"
+variant nowindow 'drop gemma3.attention.sliding_window' &&
+  expect_error "missing window refused" "gemma3.attention.sliding_window" \
+    "$BIN/dq-tool" logits --model "$TMP/nowindow.gguf" --ids "$ids1"
+expect_error "dq-quantize from a Gemma 3 GGUF" "quantize this gemma3 model from its HF checkpoint" \
+  "$BIN/dq-quantize" --model "$GGUF" --format int4 --group-size 32 --out "$TMP/q"
+finish
