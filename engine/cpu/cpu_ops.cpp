@@ -8,6 +8,7 @@
 #include "common/dtype.h"
 #include "engine/cpu/fp8_attention.h"
 #include "engine/cpu/q8_dot.h"
+#include "engine/cpu/q8_packed.h"
 #include "engine/cpu/vec_ops.h"
 #include "engine/quant/ggml_blocks.h"
 
@@ -69,19 +70,22 @@ void MatMulTiled(const LinearWeight& w, const float* x, int64_t rows, float* y, 
 
 namespace {
 
-// x quantized to 8-bit blocks once per row, then each weight row's integer dots.
+// x quantized to 8-bit blocks once per row, then the packed groups' integer dots (q8_packed.h);
+// a thread's groups are one contiguous stretch of the packed rows.
 void MatMulQ8(const LinearWeight& w, const float* x, int64_t rows, float* y, ThreadPool& pool) {
-  const int64_t out = w.out_features, nb = w.in_features / 32;
+  const Q8Packed& p = *w.q8_packed;
+  const int64_t out = w.out_features, nb = p.nblocks;
   std::vector<Q8Block> xq(rows * nb);
   for (int64_t m = 0; m < rows; ++m) QuantizeQ8(x + m * w.in_features, w.in_features, &xq[m * nb]);
-  pool.ParallelFor(out, 64, [&](int64_t begin, int64_t end) {
-    constexpr int64_t kChunk = 32;
-    std::vector<float> tmp(kChunk);
-    for (int64_t r0 = begin; r0 < end; r0 += kChunk) {
-      const int nr = static_cast<int>(std::min(kChunk, end - r0));
+  pool.ParallelFor(p.groups(), 4, [&](int64_t begin, int64_t end) {
+    constexpr int64_t kChunk = 8;  // groups per call: 128 outputs
+    float tmp[kChunk * kQ8PackRows];
+    for (int64_t g0 = begin; g0 < end; g0 += kChunk) {
+      const int64_t ng = std::min(kChunk, end - g0), r0 = g0 * kQ8PackRows;
+      const int64_t nr = std::min(ng * kQ8PackRows, out - r0);
       for (int64_t m = 0; m < rows; ++m) {
-        DotQ8Rows(w.dtype, w.row(r0), w.row_bytes, nr, &xq[m * nb], nb, tmp.data());
-        std::copy_n(tmp.data(), nr, y + m * out + r0);
+        DotQ8Packed(p, g0, ng, &xq[m * nb], tmp);
+        std::copy_n(tmp, nr, y + m * out + r0);
       }
     }
   });
@@ -94,8 +98,7 @@ void MatMul(const LinearWeight& w, const float* x, int64_t rows, float* y, Threa
   if (options.bf16_weights && w.mode == ComputeMode::kWeightOnly) {
     return MatMulTiled(w, x, rows, y, pool, true);
   }
-  if (options.q8_activations && w.codec == nullptr && HasQ8Dot(w.dtype) &&
-      rows <= kFusedDotMaxRows && w.in_features % 32 == 0) {
+  if (options.q8_activations && w.q8_packed != nullptr && rows <= kFusedDotMaxRows) {
     return MatMulQ8(w, x, rows, y, pool);
   }
   if (w.codec != nullptr) {

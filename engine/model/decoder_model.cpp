@@ -6,6 +6,7 @@
 #include "common/dtype.h"
 #include "engine/cpu/cpu_ops.h"
 #include "engine/cpu/gated_delta.h"
+#include "engine/cpu/q8_packed.h"
 #include "engine/quant/ggml_blocks.h"
 
 namespace dq {
@@ -107,6 +108,10 @@ absl::Status DecoderModel::SetOptions(const DecoderModelOptions& options) {
     }
   }
   options_ = options;
+  if (options.q8_decode) {  // the q8 path reads its rows repacked (cpu::PackLinearForQ8)
+    program_.ForEachLinear([](LinearWeight& m) { cpu::PackLinearForQ8(m); });
+    cpu::PackLinearForQ8(program_.lm_head);
+  }
   return absl::OkStatus();
 }
 

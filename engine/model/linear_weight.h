@@ -10,6 +10,10 @@
 
 namespace dq {
 
+namespace cpu {
+struct Q8Packed;  // engine/cpu/q8_packed.h
+}
+
 // Rows of `in_features` values each, `row_bytes` apart. Points into the mapped checkpoint,
 // or into `owned` when the loader had to convert the stored tensor.
 // When `codec` is set the matrix is in a quantization scheme (fp8, nvfp4, intN, lutN): its
@@ -29,6 +33,9 @@ struct LinearWeight {
   int64_t row_bytes = 0;
   const uint8_t* data = nullptr;
   std::vector<uint8_t> owned;
+  // The CPU's q8 decode layout of these rows (cpu::PackLinearForQ8), made at load when that path
+  // is on; null otherwise.
+  std::shared_ptr<const cpu::Q8Packed> q8_packed;
 
   const uint8_t* row(int64_t r) const { return data + r * row_bytes; }
 };
