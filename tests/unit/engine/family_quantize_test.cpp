@@ -11,6 +11,7 @@
 #include <cmath>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <string>
 
@@ -210,6 +211,72 @@ INSTANTIATE_TEST_SUITE_P(Formats, FamilyQuantizeTest,
                            return std::get<0>(info.param) + "_" + c.format + "_g" +
                                   std::to_string(c.group) + "_" + ComputeModeName(c.mode);
                          });
+
+// A copy of the checkpoint at `src` in `dst` (config and tokenizer files copied) whose tensors
+// `edit` may change, drop or add to (`storage` owns new bytes).
+void RewriteCheckpoint(const std::string& src, const std::string& dst,
+                       const std::function<void(std::vector<SafetensorsEntry>&,
+                                                std::deque<std::vector<uint8_t>>&)>& edit) {
+  auto ckpt = SafetensorsCheckpoint::Open(src);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  std::vector<SafetensorsEntry> entries;
+  for (const TensorView& t : (*ckpt)->tensors()) {
+    entries.push_back({t.name, t.dtype, t.shape, t.data});
+  }
+  std::deque<std::vector<uint8_t>> storage;
+  edit(entries, storage);
+  fs::create_directories(dst);
+  ASSERT_TRUE(WriteSafetensors(dst + "/model.safetensors", entries, {{"format", "pt"}}).ok());
+  for (const char* f : {"config.json", "tokenizer.json", "tokenizer_config.json"}) {
+    if (fs::exists(fs::path(src) / f)) fs::copy_file(fs::path(src) / f, fs::path(dst) / f);
+  }
+}
+
+TEST(FamilyQuantizeRefusalTest, UnknownAndMalformedTensorsAreRefusedByName) {
+  const std::string dir = MakeTempDir();
+  QuantizeCheckpointOptions o;
+  o.format = "int4";
+  o.group_size = 32;
+  o.progress = false;
+  const std::vector<float> extra(4, 1.0f);
+  // An unknown tensor in a GDN layer: not dropped silently.
+  RewriteCheckpoint(testing::TinyQwen3_5Path(), dir + "/extra", [&](auto& e, auto&) {
+    e.push_back({"model.layers.0.linear_attn.extra_bias", DType::kF32, {4}, extra.data()});
+  });
+  auto extra_model = LoadModel(dir + "/extra");
+  ASSERT_TRUE(extra_model.ok()) << extra_model.status();
+  absl::Status s = QuantizeCheckpoint(**extra_model, dir + "/extra-q", o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+  EXPECT_NE(s.message().find("model.layers.0.linear_attn.extra_bias"), std::string::npos) << s;
+  EXPECT_FALSE(fs::exists(dir + "/extra-q/config.json"));
+  // A_log of the wrong length.
+  RewriteCheckpoint(testing::TinyQwen3_5Path(), dir + "/alog", [&](auto& e, auto&) {
+    for (SafetensorsEntry& t : e) {
+      if (t.name == "model.layers.1.linear_attn.A_log") t.shape = {3};
+    }
+  });
+  auto alog = LoadModel(dir + "/alog");
+  ASSERT_TRUE(alog.ok()) << alog.status();
+  s = QuantizeCheckpoint(**alog, dir + "/alog-q", o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("model.layers.1.linear_attn.A_log"), std::string::npos) << s;
+  // A quantized checkpoint whose in_proj_qkv scales lost a row: loading it names the tensor.
+  ASSERT_TRUE(QuantizeCheckpoint(**LoadModel(testing::TinyQwen3_5Path()), dir + "/q", o).ok());
+  RewriteCheckpoint(dir + "/q", dir + "/cut", [&](auto& e, auto&) {
+    for (SafetensorsEntry& t : e) {
+      if (t.name == "model.layers.0.linear_attn.in_proj_qkv.scales") --t.shape[0];
+    }
+  });
+  auto cut = LoadModel(dir + "/cut");
+  ASSERT_TRUE(cut.ok()) << cut.status();
+  auto program = BindModelProgram(*(*cut)->checkpoint, (*cut)->config);
+  ASSERT_FALSE(program.ok());
+  EXPECT_NE(program.status().message().find("model.layers.0.linear_attn.in_proj_qkv"),
+            std::string::npos)
+      << program.status();
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
 
 }  // namespace
 }  // namespace dq
