@@ -6,7 +6,7 @@
 
 llama.cpp runs through llama-cpp-python (built from source by bench/cpu.sh). Both engines see
 the same random prompt length, decode greedily one token at a time, and report the best of
-`--reps` runs. The decode roofline is memory bandwidth (measured here with a large copy) divided
+`--reps` runs (decode also as their median: the cores may be shared). The decode roofline is memory bandwidth (measured here with a large copy) divided
 by the bytes of weights read per token.
 """
 import argparse
@@ -58,14 +58,16 @@ def bench_llamacpp(model, threads, prompt_tokens, gen_tokens, reps):
         return t1 - t0, time.perf_counter() - t1
 
     once(8)  # warm-up
-    best_p, best_d = 1e30, 1e30
+    best_p, best_d, runs = 1e30, 1e30, []
     for _ in range(reps):
         p, d = once(gen_tokens)
         best_p, best_d = min(best_p, p), min(best_d, d)
+        runs.append(d)
     return {"engine": "llama.cpp (llama-cpp-python " + llama_cpp.__version__ + ")",
             "threads": threads, "prefill_seconds": best_p,
             "prefill_tok_per_s": prompt_tokens / best_p, "decode_seconds": best_d,
-            "decode_tok_per_s": gen_tokens / best_d}
+            "decode_tok_per_s": gen_tokens / best_d,
+            "decode_tok_per_s_median": gen_tokens / float(np.median(runs))}
 
 
 def main():
@@ -79,6 +81,7 @@ def main():
     ap.add_argument("--out", default="bench/results")
     a = ap.parse_args()
 
+    load_before = os.getloadavg()  # the cores may be shared: say how busy they were
     print(f"dqserve: {a.prompt_tokens}-token prefill + {a.gen_tokens} decode steps ...", flush=True)
     cmd = [a.dq_bench, "--model", a.model, "--threads", str(a.threads), "--prompt-tokens",
            str(a.prompt_tokens), "--gen-tokens", str(a.gen_tokens), "--reps", str(a.reps)]
@@ -99,6 +102,7 @@ def main():
                    f"--model {a.model} --threads {a.threads} --prompt-tokens {a.prompt_tokens} "
                    f"--gen-tokens {a.gen_tokens} --reps {a.reps})",
         "model": os.path.basename(a.model), "weight_bytes": wb,
+        "loadavg_before_after": [load_before, os.getloadavg()],
         "memory_bandwidth_bytes_per_s": bw,
         "decode_roofline_tok_per_s": roofline,
         "dqserve": ours, "dqserve_q8": ours_q8, "llamacpp": theirs,
@@ -112,14 +116,18 @@ def main():
         json.dump(result, f, indent=2)
     md = [f"# CPU: dqserve vs llama.cpp on {result['model']}", "",
           f"Machine: {result['machine']['cpu']}, {a.threads} threads; commit {commit}; "
-          f"{result['date']}.", f"Command: `{result['command']}`", "",
+          f"{result['date']}; load average (1/5/15 min) {load_before[0]:.2f}/{load_before[1]:.2f}/"
+          f"{load_before[2]:.2f} before, {result['loadavg_before_after'][1][0]:.2f} after.",
+          f"Command: `{result['command']}`", "",
           "| engine | prefill tok/s (" + str(a.prompt_tokens) + " tokens) | decode tok/s | "
-          "decode / roofline |", "|---|---|---|---|"]
+          "decode median tok/s | decode / roofline |", "|---|---|---|---|---|"]
     for r in (ours, ours_q8, theirs):
         md.append(f"| {r['engine']} | {r['prefill_tok_per_s']:.1f} | {r['decode_tok_per_s']:.1f}"
+                  f" | {r['decode_tok_per_s_median']:.1f}"
                   f" | {100 * r['decode_tok_per_s'] / roofline:.0f} % |")
     md += ["", f"Ratios dqserve / llama.cpp: prefill {result['ratio_prefill']:.2f}x, decode "
-           f"{result['ratio_decode']:.2f}x (q8 decode {result['ratio_decode_q8']:.2f}x).",
+           f"{result['ratio_decode']:.2f}x (q8 decode {result['ratio_decode_q8']:.2f}x; medians "
+           f"{ours_q8['decode_tok_per_s_median'] / theirs['decode_tok_per_s_median']:.2f}x).",
            f"Decode roofline: {bw / 1e9:.1f} GB/s measured copy bandwidth / {wb / 1e6:.1f} MB "
            f"of weights per token = {roofline:.0f} tok/s."]
     with open(stem + ".md", "w") as f:
