@@ -55,6 +55,7 @@ absl::Status DecodeServer::Init(const DecodeServerOptions& o) {
   KvBlockPool& pool = model_.runner->kv_pool();
   leases_ = std::make_unique<KvLeaseTable>(pool);
   regions_ = std::make_unique<LeaseRegions>(*transport_, *model_.kv_staging, o.direct_for_tests);
+  DQ_RETURN_IF_ERROR(SetUpStateSlots(o));
   DecodeBatcherOptions bo;
   bo.max_batch = o.max_batch;
   bo.eos_token_ids = model_.model->config.eos_token_ids;
@@ -66,9 +67,11 @@ absl::Status DecodeServer::Init(const DecodeServerOptions& o) {
   DQ_RETURN_IF_ERROR(SetUpPrefixCache(o, &bo));
   // Regions go before blocks: a lease's late writes are refused instead of landing in blocks
   // that another request owns by then.
-  leases_->set_free_hook([r = regions_.get(), d = drafter_regions_.get()](const KvLease& l) {
+  leases_->set_free_hook([r = regions_.get(), d = drafter_regions_.get(),
+                          st = state_regions_.get()](const KvLease& l) {
     r->Release(l.lease_id);
     if (d != nullptr) d->Release(l.lease_id);
+    if (st != nullptr) st->Release(l.lease_id);
   });
   batcher_ = std::make_unique<DecodeBatcher>(*model_.runner, *leases_, std::move(bo));
 
@@ -77,7 +80,7 @@ absl::Status DecodeServer::Init(const DecodeServerOptions& o) {
   so.worker_key = o.worker_key;
   service_ = std::make_unique<DecodeService>(
       DecodeServiceParts{&model_, leases_.get(), regions_.get(), batcher_.get(), transport_.get(),
-                         drafter_regions_.get()},
+                         drafter_regions_.get(), state_regions_.get()},
       so);
   DQ_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                       worker::WorkerServerCredentials());
@@ -99,6 +102,32 @@ absl::Status DecodeServer::Init(const DecodeServerOptions& o) {
   // except Handshake/Health racing a client that guessed the port.
   service_->set_identity(identity_);
   reaper_ = std::thread([this, o] { ReapLoop(std::chrono::milliseconds(o.reap_interval_ms)); });
+  return absl::OkStatus();
+}
+
+absl::Status DecodeServer::SetUpStateSlots(const DecodeServerOptions& o) {
+  if (!model_.state_slot) return absl::OkStatus();
+  const std::string& arch = model_.runner->config().architecture;
+  // Neither keeps a snapshot of the recurrent state: a cached prefix or a rejected draft would
+  // leave the slot at the wrong position (docs/design.md: snapshots at block boundaries).
+  if (o.prefix_cache) {
+    return absl::UnimplementedError(absl::StrCat(
+        "--prefix-cache: ", arch,
+        " is a hybrid model whose recurrent state has no snapshots at block boundaries yet, so "
+        "a cached prefix cannot be resumed; run it without --prefix-cache"));
+  }
+  if (o.speculative != "none" && !o.speculative.empty()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "--speculative ", o.speculative, ": ", arch,
+        " is a hybrid model whose recurrent state cannot roll back to the accepted position "
+        "yet, so speculative decoding would not be lossless; run it with --speculative none"));
+  }
+  state_regions_ = std::make_unique<StateSlotRegions>(
+      *transport_, model_.runner->kv_pool().state_slots(), *model_.state_slot);
+  spdlog::info("dq-decode: {} keeps {} recurrent state slots of {} bytes ({} layers)", arch,
+               model_.runner->kv_pool().state_slots().num_slots(),
+               model_.runner->kv_pool().state_slots().slot_bytes(),
+               model_.state_slot->layers_size());
   return absl::OkStatus();
 }
 

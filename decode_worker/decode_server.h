@@ -83,6 +83,9 @@ class DecodeServer {
   // The drafter that options.speculative names, into the batcher's options.
   // --prefix-cache / --assistant-kv: the lease table's cache and what finished requests keep.
   absl::Status SetUpPrefixCache(const DecodeServerOptions& o, DecodeBatcherOptions* bo);
+  // A hybrid model: its state slots' transfer regions; refuses what the state cannot do yet
+  // (prefix caching, speculative decoding).
+  absl::Status SetUpStateSlots(const DecodeServerOptions& o);
   absl::Status CreateServingDrafter(const DecodeServerOptions& o, DecodeBatcherOptions* bo);
   // The self drafter, its cache's staging and regions, and how its sequences begin.
   absl::Status CreateSelfDrafter(const DecodeServerOptions& o, DecodeBatcherOptions* bo);
@@ -95,6 +98,7 @@ class DecodeServer {
   std::unique_ptr<kvtransfer::Transport> transport_;
   std::unique_ptr<KvLeaseTable> leases_;
   std::unique_ptr<LeaseRegions> regions_;
+  std::unique_ptr<StateSlotRegions> state_regions_;  // a hybrid model's; null otherwise
   std::unique_ptr<Model> drafter_weights_;  // the self drafter's (before drafter_: it maps them)
   std::unique_ptr<Checkpoint> dflash_checkpoint_;  // the DFlash drafter's, likewise
   std::unique_ptr<Drafter> drafter_;               // null: plain decoding

@@ -77,20 +77,14 @@ grpc::Status DecodeService::Reserve(grpc::ServerContext* context, const v1::Rese
   target->set_kind(v1::STATE_PART_KIND_PAGED_KV);
   target->set_required(true);
   *target->mutable_endpoint() = std::move(*endpoint);
-  if (p_.drafter_regions != nullptr) {
-    // The drafter's layers beside the target's; the free hook releases them with the lease.
-    auto drafter = p_.drafter_regions->Register(lease->lease_id, static_cast<int>(r->num_tokens()));
-    if (!drafter.ok()) {
-      (void)p_.leases->Release(lease->lease_id);
-      return ToGrpc(drafter.status());
-    }
-    *out->add_parts() = std::move(*drafter);
+  if (absl::Status parts = AddParts(*lease, static_cast<int>(r->num_tokens()), out); !parts.ok()) {
+    (void)p_.leases->Release(lease->lease_id);
+    return ToGrpc(parts);
   }
   // A ttl shorter than registration can end the lease before its regions were recorded, so the
   // free hook missed them; never hand out regions over blocks the pool may reuse.
   if (!p_.leases->Find(lease->lease_id).ok()) {
-    p_.regions->Release(lease->lease_id);
-    if (p_.drafter_regions != nullptr) p_.drafter_regions->Release(lease->lease_id);
+    ReleaseRegions(lease->lease_id);
     return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                         absl::StrCat("Reserve(", r->request_id(),
                                      "): the lease expired before it was handed out; raise "
@@ -117,6 +111,27 @@ grpc::Status DecodeService::Reserve(grpc::ServerContext* context, const v1::Rese
   return grpc::Status::OK;
 }
 
+absl::Status DecodeService::AddParts(const KvLease& lease, int prompt_tokens, v1::KvLease* out) {
+  if (p_.drafter_regions != nullptr) {
+    // The drafter's layers beside the target's; the free hook releases them with the lease.
+    DQ_ASSIGN_OR_RETURN(v1::StatePart drafter,
+                        p_.drafter_regions->Register(lease.lease_id, prompt_tokens));
+    *out->add_parts() = std::move(drafter);
+  }
+  if (p_.state_regions != nullptr) {
+    // The recurrent state after the whole prompt; the free hook releases it with the lease.
+    DQ_ASSIGN_OR_RETURN(v1::StatePart state, p_.state_regions->Register(lease));
+    *out->add_parts() = std::move(state);
+  }
+  return absl::OkStatus();
+}
+
+void DecodeService::ReleaseRegions(const std::string& lease_id) {
+  p_.regions->Release(lease_id);
+  if (p_.drafter_regions != nullptr) p_.drafter_regions->Release(lease_id);
+  if (p_.state_regions != nullptr) p_.state_regions->Release(lease_id);
+}
+
 absl::StatusOr<DecodeJob> DecodeService::JobOf(const v1::DecodeRequest& r) const {
   const ModelConfig& c = p_.model->runner->config();
   const v1::KvCommit& commit = r.commit();
@@ -129,6 +144,20 @@ absl::StatusOr<DecodeJob> DecodeService::JobOf(const v1::DecodeRequest& r) const
     return absl::InvalidArgumentError(absl::StrCat("Decode(", r.request_id(), "): first_token ",
                                                    commit.first_token(), " is not in [0, ",
                                                    c.vocab_size, ")"));
+  }
+  if (p_.state_regions != nullptr &&
+      !worker::PartWritten(commit, v1::STATE_PART_ROLE_TARGET, v1::STATE_PART_KIND_STATE_SLOT)) {
+    // Decoding from a zero (or half-written) recurrent state would be garbage, silently.
+    const std::string why =
+        worker::PartSkipped(commit, v1::STATE_PART_ROLE_TARGET, v1::STATE_PART_KIND_STATE_SLOT);
+    return worker::WithFailureReason(
+        absl::FailedPreconditionError(absl::StrCat(
+            "Decode(", r.request_id(), "): the commit of lease ", commit.lease_id(),
+            " does not say the recurrent state slot was written (",
+            why.empty() ? "the prefill worker wrote no state" : why,
+            "); the decode worker never recomputes a prompt, so reserve a new lease and re-run "
+            "the prefill on a prefill worker of the same hybrid model")),
+        v1::FAILURE_REASON_STATE_TRANSFER);
   }
   const int room = std::max<int>(1, c.max_context - static_cast<int>(commit.num_tokens()));
   DecodeJob job;
@@ -197,8 +226,7 @@ grpc::Status DecodeService::Decode(grpc::ServerContext* context, const v1::Decod
     return ToGrpc(stream.status());
   }
   // The prefill is done writing (it committed), so the lease's transfer regions can go.
-  p_.regions->Release(lease_id);
-  if (p_.drafter_regions != nullptr) p_.drafter_regions->Release(lease_id);
+  ReleaseRegions(lease_id);
   return Pump(context, **stream, writer);
 }
 
@@ -268,6 +296,8 @@ grpc::Status DecodeService::Health(grpc::ServerContext* context, const v1::Worke
   out->set_prefix_hit_blocks(static_cast<uint64_t>(s.prefix.hit_blocks));
   out->set_prefix_evicted_blocks(static_cast<uint64_t>(s.prefix.evicted_blocks));
   out->set_prefix_cached_blocks(static_cast<uint32_t>(s.prefix.cached_blocks));
+  out->set_free_state_slots(static_cast<uint32_t>(s.free_state_slots));
+  out->set_total_state_slots(static_cast<uint32_t>(s.total_state_slots));
   return grpc::Status::OK;
 }
 

@@ -11,6 +11,7 @@
 #include "decode_worker/drafter_kv_regions.h"
 #include "decode_worker/kv_lease_table.h"
 #include "decode_worker/lease_regions.h"
+#include "decode_worker/state_slot_regions.h"
 #include "dqserve/v1/worker.grpc.pb.h"
 #include "kvtransfer/transport.h"
 #include "worker_common/caller_check.h"
@@ -33,6 +34,8 @@ struct DecodeServiceParts {
   kvtransfer::Transport* transport = nullptr;
   // The self drafter's shipped prompt KV (null: none; its lease part stays unset).
   DrafterKvRegions* drafter_regions = nullptr;
+  // A hybrid model's state slots (null: a pure-attention model; no state slot part).
+  StateSlotRegions* state_regions = nullptr;
 };
 
 class DecodeService final : public dqserve::v1::DecodeWorker::Service {
@@ -65,6 +68,11 @@ class DecodeService final : public dqserve::v1::DecodeWorker::Service {
       const dqserve::v1::ReserveRequest& request) const;
   // The job for a Decode request (sampling validated against the model).
   absl::StatusOr<DecodeJob> JobOf(const dqserve::v1::DecodeRequest& request) const;
+  // Adds the lease's parts beside the target's KV (a drafter's KV, the state slot) to `out`;
+  // on error the caller releases the lease.
+  absl::Status AddParts(const KvLease& lease, int prompt_tokens, dqserve::v1::KvLease* out);
+  // Releases the lease's transfer regions (the prefill worker is done writing).
+  void ReleaseRegions(const std::string& lease_id);
   // Forwards the stream's tokens to the client until it ends or the client goes away.
   grpc::Status Pump(grpc::ServerContext* context, DecodeStream& stream,
                     grpc::ServerWriter<dqserve::v1::DecodeResponse>* writer);

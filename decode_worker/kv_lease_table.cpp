@@ -34,7 +34,8 @@ KvLeaseTable::KvLeaseTable(KvBlockPool& pool, std::function<TimePoint()> clock)
 
 bool KvLeaseTable::can_reserve(int tokens) const {
   std::lock_guard lock(mu_);
-  return tokens > 0 && pool_.can_allocate(pool_.BlocksFor(tokens));
+  return tokens > 0 && pool_.can_allocate(pool_.BlocksFor(tokens)) &&
+         (!pool_.has_state_slots() || pool_.state_slots().can_allocate());
 }
 
 absl::StatusOr<KvLease> KvLeaseTable::Reserve(std::string_view request_id, int tokens_needed,
@@ -54,7 +55,7 @@ absl::StatusOr<KvLease> KvLeaseTable::Reserve(std::string_view request_id, int t
       std::lock_guard lock(mu_);
       DQ_RETURN_IF_ERROR(CheckNoLeaseLocked(request));
       // Expired leases may be all that stands in the way; reclaim them before refusing.
-      if (!pool_.can_allocate(need)) ReclaimExpiredLocked(now, &ended);
+      if (!pool_.can_allocate(need) || !SlotFreeLocked()) ReclaimExpiredLocked(now, &ended);
     }
     FreeEnded(ended);
   }
@@ -72,6 +73,13 @@ absl::StatusOr<KvLease> KvLeaseTable::Reserve(std::string_view request_id, int t
     }
   }
   const int fresh = need - static_cast<int>(cached.size());
+  if (!SlotFreeLocked()) {
+    pool_.free(cached);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "Reserve(", request, "): all ", pool_.state_slots().num_slots(),
+        " recurrent state slots are in use (one per sequence of this hybrid model); retry "
+        "later, pick another decode worker or restart it with more --state-slots"));
+  }
   if (!pool_.can_allocate(fresh)) {
     pool_.free(cached);
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -91,6 +99,7 @@ absl::StatusOr<KvLease> KvLeaseTable::Reserve(std::string_view request_id, int t
   lease.blocks.insert(lease.blocks.end(), more.begin(), more.end());
   lease.runs = ToBlockRuns(lease.blocks);
   lease.tokens_reserved = tokens_needed;
+  if (pool_.has_state_slots()) lease.state_slot = pool_.state_slots().allocate();
   lease.expires_at = now + ttl;
   blocks_leased_ += need;
   lease_by_request_.emplace(request, lease.lease_id);
@@ -140,7 +149,7 @@ absl::StatusOr<KvSequence> KvLeaseTable::CommitOrEnd(std::string_view lease_id, 
   }
   entry.committed = true;
   ++committed_;
-  return KvSequence{entry.lease.blocks, num_tokens};
+  return KvSequence{entry.lease.blocks, num_tokens, entry.lease.state_slot};
 }
 
 absl::Status KvLeaseTable::Release(std::string_view lease_id) {
@@ -256,6 +265,10 @@ KvLeaseStats KvLeaseTable::stats() const {
   s.free_blocks = pool_.num_free_blocks();
   s.total_blocks = pool_.options().num_blocks;
   s.prefix = pool_.prefix_stats();
+  if (pool_.has_state_slots()) {
+    s.free_state_slots = pool_.state_slots().num_free();
+    s.total_state_slots = pool_.state_slots().num_slots();
+  }
   return s;
 }
 
@@ -310,6 +323,7 @@ void KvLeaseTable::FreeEnded(std::vector<KvLease>& ended) {
   std::lock_guard lock(mu_);
   for (const KvLease& lease : ended) {
     pool_.free(lease.blocks);
+    if (lease.state_slot >= 0) pool_.state_slots().release(lease.state_slot);
     blocks_leased_ -= static_cast<int>(lease.blocks.size());
   }
   ended.clear();

@@ -45,6 +45,9 @@ struct KvLease {
   // Leading tokens whose KV the first blocks already hold (the prefix cache; whole blocks):
   // the prefill worker writes only the blocks after them.
   int cached_tokens = 0;
+  // A hybrid model's state slot (the pool's state slots; -1: none), zeroed at Reserve; the
+  // prefill worker writes the prompt's recurrent state into it. Freed with the blocks.
+  int32_t state_slot = -1;
   TimePoint expires_at;
 };
 
@@ -56,6 +59,8 @@ struct KvLeaseStats {
   int free_blocks = 0;          // free in the pool
   int total_blocks = 0;         // the pool's size
   PrefixCacheStats prefix;      // the prefix cache's counters (zero while it is off)
+  int free_state_slots = 0;     // a hybrid model's state slots: free now / in all (0 / 0: none)
+  int total_state_slots = 0;
 };
 
 // Thread-safe. The table is the only user of `pool` while it exists (the pool itself is not
@@ -84,21 +89,22 @@ class KvLeaseTable {
   void set_prefix_cache(bool on) { prefix_cache_ = on; }
   bool prefix_cache() const { return prefix_cache_; }
 
-  // Pure check: would Reserve(tokens) find enough free blocks right now?
+  // Pure check: would Reserve(tokens) find enough free blocks (and a state slot) right now?
   bool can_reserve(int tokens) const;
 
   // Reserves the blocks for `tokens_needed` tokens, held until Commit + Release, or until `ttl`
   // passes without a Commit. With the prefix cache on, the lease starts with the cached leading
-  // full blocks of `prompt` (KvLease::cached_tokens). Errors: InvalidArgument (tokens <= 0,
-  // empty request id), AlreadyExists (request id already holds a lease), ResourceExhausted (not
-  // enough blocks).
+  // full blocks of `prompt` (KvLease::cached_tokens). A pool with state slots gives the lease
+  // one (KvLease::state_slot). Errors: InvalidArgument (tokens <= 0, empty request id),
+  // AlreadyExists (request id already holds a lease), ResourceExhausted (not enough blocks, or
+  // no free state slot).
   absl::StatusOr<KvLease> Reserve(std::string_view request_id, int tokens_needed,
                                   std::chrono::milliseconds ttl,
                                   std::span<const int32_t> prompt = {});
 
   // The prefill finished writing `num_tokens` tokens of KV. The lease stops being subject to its
-  // TTL; the returned sequence is the block table to decode from (the table still owns the
-  // blocks). Errors: NotFound (unknown lease), FailedPrecondition (expired and reclaimed,
+  // TTL; the returned sequence is the block table (and state slot) to decode from (the table
+  // still owns both). Errors: NotFound (unknown lease), FailedPrecondition (expired and reclaimed,
   // released, or already committed), InvalidArgument (num_tokens beyond the reservation).
   absl::StatusOr<KvSequence> Commit(std::string_view lease_id, int num_tokens);
 
@@ -149,6 +155,10 @@ class KvLeaseTable {
   absl::Status ReleaseLocked(std::string_view lease_id, bool uncommitted_only,
                              std::vector<KvLease>* ended);
   absl::Status CheckNoLeaseLocked(const std::string& request) const;
+  // Whether a lease can get a state slot now (always, for a pool without them). Caller holds mu_.
+  bool SlotFreeLocked() const {
+    return !pool_.has_state_slots() || pool_.state_slots().can_allocate();
+  }
   absl::StatusOr<KvSequence> CommitOrEnd(std::string_view lease_id, int num_tokens,
                                          std::vector<KvLease>* ended);
 

@@ -56,6 +56,9 @@ void AddFlags(CLI::App& app, Flags& f) {
       ->check(CLI::Range(1, 3600 * 1000));
   app.add_option("--threads", f.model.threads, "compute threads (0: all)")
       ->check(CLI::Range(0, 4096));
+  app.add_option("--state-slots", f.model.state_slots,
+                 "a hybrid model's recurrent state slots: leases held at once (0: 16)")
+      ->check(CLI::Range(0, 65536));
   app.add_option("--device", f.model.device,
                  "where to compute and keep the KV cache: cpu, cuda or cuda:N (a CUDA build)")
       ->check(DeviceValidator());

@@ -63,9 +63,23 @@ absl::Status KvSenders::Register(const KvSourceMemory& host, const KvSourceMemor
   return absl::OkStatus();
 }
 
+absl::Status KvSenders::RegisterStateSlots(char* data, uint64_t bytes) {
+  for (auto& [kind, s] : senders_) {
+    if (s.direct) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the ", kind,
+          " KV transport moves GPU memory, but a hybrid model's recurrent state lives in host "
+          "memory (the CPU backend); use --transports tcp"));
+    }
+    DQ_ASSIGN_OR_RETURN(kvtransfer::RegionHandle h, s.transport->RegisterRegion(data, bytes));
+    s.state_slots = h.id;
+  }
+  return absl::OkStatus();
+}
+
 KvSenders::~KvSenders() {
   for (auto& [kind, s] : senders_) {
-    for (kvtransfer::RegionId id : {s.keys, s.values}) {
+    for (kvtransfer::RegionId id : {s.keys, s.values, s.state_slots}) {
       if (id == 0) continue;
       absl::Status st = s.transport->ReleaseRegion(id);
       if (!st.ok()) spdlog::warn("releasing the {} KV source region: {}", kind, st.ToString());

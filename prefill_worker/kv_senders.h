@@ -25,6 +25,8 @@ struct KvSender {
   // KvStaging::AfterWritten), with `geometry` the cache's layout.
   bool direct = false;
   KvTensorLayout geometry;  // the layout of what `keys`/`values` name, for LeasePlan
+  // A hybrid model's state slots (RegisterStateSlots), every slot one after another; 0: none.
+  kvtransfer::RegionId state_slots = 0;
 };
 
 // Where a transport reads K and V from: two regions of `bytes` bytes each, laid out as `geometry`.
@@ -60,6 +62,9 @@ class KvSenders {
   // memory) for the direct ones, `host` (the pool or the arena) for the others. Both must
   // outlive this. FailedPrecondition when a device-memory transport meets a host cache.
   absl::Status Register(const KvSourceMemory& host, const KvSourceMemory& device);
+  // Registers a hybrid model's state slots (host memory: `bytes` at `data`) with every
+  // transport, as the source of state slot parts. FailedPrecondition for a device-memory one.
+  absl::Status RegisterStateSlots(char* data, uint64_t bytes);
 
   // The sender for backend `kind`, or nullptr when this worker was not started with it.
   KvSender* Find(const std::string& kind);

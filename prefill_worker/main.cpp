@@ -77,6 +77,9 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--threads", f.model.threads, "compute threads (0: all)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--state-slots", f.model.state_slots,
+                 "a hybrid model's recurrent state slots: prompts prefilled at once (0: 16)")
+      ->check(CLI::Range(0, 65536));
   app.add_option("--device", f.model.device,
                  "where to compute and keep the KV cache: cpu, cuda or cuda:N (a CUDA build)")
       ->check(CLI::Validator(

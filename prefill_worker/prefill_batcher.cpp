@@ -15,6 +15,7 @@ PrefillBatcher::PrefillBatcher(ModelRunner& runner, KvStager& stager,
                                const PrefillBatcherOptions& options)
     : runner_(runner), stager_(stager), options_(options) {
   free_blocks_ = runner_.kv_pool().num_free_blocks();
+  free_slots_ = runner_.kv_pool().state_slots().num_free();
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -49,6 +50,8 @@ PrefillLoad PrefillBatcher::load() const {
   PrefillLoad l;
   l.free_kv_blocks = free_blocks_;
   l.total_kv_blocks = runner_.kv_pool().options().num_blocks;
+  l.free_state_slots = free_slots_;
+  l.total_state_slots = runner_.kv_pool().state_slots().num_slots();
   l.running = running_;
   l.queued = queued_;
   std::lock_guard lock(stats_mu_);
@@ -158,7 +161,9 @@ bool PrefillBatcher::StartJob(PrefillJob& job) {
       !job.drafter_writer) {
     cached = pool.AcquirePrefix(std::span<const int32_t>(job.prompt.data(), n - 1));
   }
-  if (!pool.can_allocate(pool.BlocksFor(n) - static_cast<int>(cached.size()))) {
+  // A hybrid model's sequence also takes one of the pool's state slots (extend below).
+  const bool slot = !pool.has_state_slots() || pool.state_slots().can_allocate();
+  if (!slot || !pool.can_allocate(pool.BlocksFor(n) - static_cast<int>(cached.size()))) {
     pool.free(cached);
     return false;
   }
@@ -187,6 +192,14 @@ void PrefillBatcher::RunBatch(const std::vector<Step>& steps) {
   stager_.Begin(std::move(spans));
   ForwardHooks hooks;
   hooks.on_layer_kv_written = [&](int layer) { stager_.LayerWritten(layer); };
+  hooks.on_layer_state_written = [&](int state_layer) {
+    // A prompt's state is final once its last chunk has passed the layer.
+    for (const Step& s : steps) {
+      if (s.job->state_writer && IsLastChunk(s)) {
+        s.job->state_writer->PostLayer(state_layer, s.job->kv.state_slot);
+      }
+    }
+  };
   if (options_.drafter != nullptr) options_.drafter->AddTargetHooks(&hooks);
   BatchLogits logits;
   const auto t0 = std::chrono::steady_clock::now();
@@ -202,6 +215,7 @@ void PrefillBatcher::RunBatch(const std::vector<Step>& steps) {
     // The transfers read these blocks: they end before the blocks are rewritten or freed.
     const auto w0 = std::chrono::steady_clock::now();
     absl::Status sent = job->writer->Wait();
+    absl::Status state = ShipState(*job, steps[i], forward.ok());
     if (job->drafter_writer) {
       const absl::Status drafted = job->drafter_writer->Wait();
       if (!drafted.ok()) DropDrafter(*job, drafted.ToString());
@@ -218,12 +232,28 @@ void PrefillBatcher::RunBatch(const std::vector<Step>& steps) {
       Finish(job, worker::WithFailureReason(sent, dqserve::v1::FAILURE_REASON_KV_TRANSFER));
       continue;
     }
+    if (!state.ok()) {
+      Finish(job, worker::WithFailureReason(state, dqserve::v1::FAILURE_REASON_STATE_TRANSFER));
+      continue;
+    }
     job->done_tokens += steps[i].count;
     if (job->prompt_logprobs) CollectPromptLogprobs(*job, steps[i], logits, i);
     if (job->done_tokens == static_cast<int>(job->prompt.size())) {
       Complete(*job, batch, logits, i);
     }
   }
+}
+
+bool PrefillBatcher::IsLastChunk(const Step& step) {
+  return step.start + step.count == static_cast<int>(step.job->prompt.size());
+}
+
+absl::Status PrefillBatcher::ShipState(PrefillJob& job, const Step& step, bool forward_ok) {
+  if (!job.state_writer || !IsLastChunk(step)) return absl::OkStatus();
+  // The layers whose hook did not run (a backend may skip hooks), then every transfer ends
+  // before the slot is released or reused.
+  if (forward_ok) job.state_writer->PostRest(job.kv.state_slot);
+  return job.state_writer->Wait();
 }
 
 void PrefillBatcher::RunDrafter(const std::vector<Step>& steps) {
@@ -307,6 +337,10 @@ void PrefillBatcher::Finish(PrefillJob* job, absl::Status status) {
     job->result.transfer_bytes = job->writer->bytes_posted();
     job->writer.reset();  // forgets the lease's remote regions
   }
+  if (job->state_writer) {
+    job->result.state_transfer_bytes = job->state_writer->bytes_posted();
+    job->state_writer.reset();
+  }
   if (job->drafter_writer) {
     job->result.transfer_bytes += job->drafter_writer->bytes_posted();
     job->drafter_writer.reset();
@@ -326,6 +360,7 @@ void PrefillBatcher::Finish(PrefillJob* job, absl::Status status) {
 
 void PrefillBatcher::PublishLoad() {
   free_blocks_ = runner_.kv_pool().num_free_blocks();
+  free_slots_ = runner_.kv_pool().state_slots().num_free();
   std::lock_guard lock(stats_mu_);
   prefix_stats_ = runner_.kv_pool().prefix_stats();
 }

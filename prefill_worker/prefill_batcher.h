@@ -46,6 +46,8 @@ struct PrefillLoad {
   int running = 0;  // started, not finished
   int queued = 0;   // waiting for their first chunk
   PrefixCacheStats prefix;
+  int free_state_slots = 0;  // a hybrid model's state slots (0 / 0: none)
+  int total_state_slots = 0;
 };
 
 class PrefillBatcher {
@@ -84,6 +86,11 @@ class PrefillBatcher {
   // whose logits must be computed) and fresh ones for the rest. False when the pool is full.
   bool StartJob(PrefillJob& job);
   void RunBatch(const std::vector<Step>& steps);
+  // Whether the step runs its job's prompt to the end.
+  static bool IsLastChunk(const Step& step);
+  // After the step's pass: a hybrid job's last chunk posts the state layers the hook did not
+  // (when the pass succeeded) and waits for the state transfers; OK for any other step.
+  absl::Status ShipState(PrefillJob& job, const Step& step, bool forward_ok);
   // The drafter's pass over the steps whose job ships drafter KV; its error drops the drafter
   // part of those jobs (they still complete: the decode worker then computes it).
   void RunDrafter(const std::vector<Step>& steps);
@@ -109,6 +116,7 @@ class PrefillBatcher {
   std::deque<std::shared_ptr<PrefillJob>> jobs_;  // engine thread only, FIFO
 
   std::atomic<int> free_blocks_{0};
+  std::atomic<int> free_slots_{0};
   mutable std::mutex stats_mu_;
   PrefixCacheStats prefix_stats_;  // under stats_mu_
   std::atomic<int> running_{0};

@@ -16,6 +16,7 @@
 #include "engine/kvcache/kv_block_pool.h"
 #include "engine/sampler/sampling_params.h"
 #include "prefill_worker/lease_writer.h"
+#include "prefill_worker/state_slot_writer.h"
 
 namespace dq::prefill {
 
@@ -30,6 +31,7 @@ struct PrefillResult {
   // part of the transfer not hidden behind compute.
   double transfer_wait_ms = 0;
   uint64_t transfer_bytes = 0;
+  uint64_t state_transfer_bytes = 0;  // recurrent state written into the lease's state slot
   int cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache (not computed)
   // The self drafter's prompt KV went into the lease's drafter part too / why it did not.
   bool drafter_kv = false;
@@ -48,6 +50,9 @@ struct PrefillJob {
   bool prompt_logprobs = false;
   std::optional<Clock::time_point> deadline;
   std::unique_ptr<LeaseWriter> writer;
+  // A hybrid model's recurrent state: written into the lease's state slot part once the
+  // prompt's last chunk has run (required: its failure fails the request).
+  std::unique_ptr<StateSlotWriter> state_writer;
   // The self drafter's part (drafter_prefill.h): a writer when this worker ships the drafter's
   // prompt KV too (reset, with the reason in drafter_skipped, once it cannot).
   std::unique_ptr<LeaseWriter> drafter_writer;

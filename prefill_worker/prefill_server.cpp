@@ -47,6 +47,32 @@ absl::StatusOr<std::unique_ptr<DrafterPrefill>> CreateDrafter(const worker::Phas
 
 }  // namespace
 
+namespace {
+
+// A hybrid model: its state slots become a copy source, and what the state cannot do yet is
+// refused by name.
+absl::Status SetUpStateSlots(worker::PhaseModel& model, const PrefillServerOptions& options,
+                             KvSenders& senders) {
+  if (!model.state_slot) return absl::OkStatus();
+  const std::string& arch = model.runner->config().architecture;
+  if (options.prefix_cache) {
+    return absl::UnimplementedError(absl::StrCat(
+        "--prefix-cache: ", arch,
+        " is a hybrid model whose recurrent state has no snapshots at block boundaries yet, so "
+        "a cached prefix cannot be resumed; run it without --prefix-cache"));
+  }
+  if (options.drafter.enabled()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "--draft-format/--draft-weights: ", arch,
+        " is a hybrid model, on which speculative decoding is not supported yet; drop the "
+        "drafter"));
+  }
+  StateSlotPool& slots = model.runner->kv_pool().state_slots();
+  return senders.RegisterStateSlots(reinterpret_cast<char*>(slots.data()), slots.region_bytes());
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Start(
     std::unique_ptr<worker::PhaseModel> model, const PrefillServerOptions& options) {
   if (options.token_budget < 1) {
@@ -76,6 +102,7 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Start(
   DQ_ASSIGN_OR_RETURN(s->stager_,
                       KvStager::Create(*s->model_->kv_staging, arena_blocks, senders->any_host()));
   DQ_RETURN_IF_ERROR(senders->Register(s->stager_->host_source(), s->stager_->device_source()));
+  DQ_RETURN_IF_ERROR(SetUpStateSlots(*s->model_, options, *senders));
   s->senders_ = std::move(senders);
   if (options.prefix_cache && s->stager_->max_blocks() > 0) {
     // The batcher would leave the cache off for every job (its shipped cached blocks could

@@ -99,12 +99,58 @@ absl::Status PrefillService::CheckLease(const v1::KvLease& lease) const {
   return absl::OkStatus();
 }
 
+absl::Status PrefillService::CheckStatePart(const v1::KvLease& lease) const {
+  const v1::StatePart* part =
+      worker::FindPart(lease, v1::STATE_PART_ROLE_TARGET, v1::STATE_PART_KIND_STATE_SLOT);
+  const std::string& arch = model_.runner->config().architecture;
+  if (!model_.state_slot) {
+    if (part == nullptr) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "lease ", lease.lease_id(), " has a target state slot part, but this prefill worker's ",
+        arch, " keeps no recurrent state; pair it with a decode worker of the same model"));
+  }
+  if (part == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "lease ", lease.lease_id(), " has no target state slot part, but ", arch,
+        " keeps recurrent state per sequence (Gated DeltaNet layers): the decode worker would "
+        "decode from a zero state; pair this worker with a decode worker of the same model"));
+  }
+  const std::string mismatch =
+      worker::StateSlotLayoutMismatch(part->slot_layout(), *model_.state_slot);
+  if (!mismatch.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("lease ", lease.lease_id(), " is for another state slot layout: ", mismatch));
+  }
+  if (senders_.Find(part->endpoint().transport()) == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "lease ", lease.lease_id(), " wants its state slot over transport '",
+        part->endpoint().transport(),
+        "' but this prefill worker supports only: ", absl::StrJoin(senders_.kinds(), ", ")));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PrefillService::PrepareState(const v1::KvLease& lease, PrefillJob& job) {
+  if (!model_.state_slot) return absl::OkStatus();
+  const v1::StatePart& part =
+      *worker::FindPart(lease, v1::STATE_PART_ROLE_TARGET, v1::STATE_PART_KIND_STATE_SLOT);
+  KvSender* sender = senders_.Find(part.endpoint().transport());  // CheckStatePart found it
+  DQ_ASSIGN_OR_RETURN(
+      job.state_writer,
+      StateSlotWriter::Create(*sender, part, model_.runner->kv_pool().state_slots().slot_bytes(),
+                              options_.io_timeout_ms));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::shared_ptr<PrefillJob>> PrefillService::MakeJob(
     const grpc::ServerContext& context, const v1::PrefillRequest& request) {
   DQ_RETURN_IF_ERROR(CheckPrompt(request));
   if (!request.has_lease()) return absl::InvalidArgumentError("the request has no KV lease");
   if (absl::Status lease = CheckLease(request.lease()); !lease.ok()) {
     return worker::WithFailureReason(std::move(lease), v1::FAILURE_REASON_KV_TRANSFER);
+  }
+  if (absl::Status state = CheckStatePart(request.lease()); !state.ok()) {
+    return worker::WithFailureReason(std::move(state), v1::FAILURE_REASON_STATE_TRANSFER);
   }
   const ModelConfig& c = model_.runner->config();
   const int n = request.prompt_token_ids_size();
@@ -138,6 +184,9 @@ absl::StatusOr<std::shared_ptr<PrefillJob>> PrefillService::MakeJob(
     return worker::WithFailureReason(writer.status(), v1::FAILURE_REASON_KV_TRANSFER);
   }
   job->writer = std::move(*writer);
+  if (absl::Status state = PrepareState(lease, *job); !state.ok()) {
+    return worker::WithFailureReason(std::move(state), v1::FAILURE_REASON_STATE_TRANSFER);
+  }
   if (const v1::StatePart* drafter = worker::FindPart(lease, v1::STATE_PART_ROLE_DRAFTER)) {
     PrepareDrafter(lease.lease_id(), *drafter, *job);
   }
@@ -213,14 +262,17 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   commit->set_sampler_draws(r.sampler_draws);
   for (const v1::StatePart& part : request->lease().parts()) {
     const bool drafter = part.role() == v1::STATE_PART_ROLE_DRAFTER;
+    // The target's parts (KV, state slot) were written, or the request failed.
     worker::CommitPart(commit, part.role(),
                        !drafter || r.drafter_kv    ? std::string()
                        : r.drafter_skipped.empty() ? std::string("not written")
-                                                   : r.drafter_skipped);
+                                                   : r.drafter_skipped,
+                       part.kind());
   }
   response->set_compute_ms(static_cast<float>(r.compute_ms));
   response->set_transfer_ms(static_cast<float>(r.transfer_ms));
   response->set_transfer_bytes(r.transfer_bytes);
+  response->set_state_transfer_bytes(r.state_transfer_bytes);
   response->set_cached_tokens(static_cast<uint32_t>(r.cached_tokens));
   for (const v1::PositionLogprobs& p : r.prompt_logprobs) *response->add_prompt_logprobs() = p;
   spdlog::debug(
@@ -256,6 +308,8 @@ grpc::Status PrefillService::Health(grpc::ServerContext* context, const v1::Work
   response->set_prefix_hit_blocks(static_cast<uint64_t>(load.prefix.hit_blocks));
   response->set_prefix_evicted_blocks(static_cast<uint64_t>(load.prefix.evicted_blocks));
   response->set_prefix_cached_blocks(static_cast<uint32_t>(load.prefix.cached_blocks));
+  response->set_free_state_slots(static_cast<uint32_t>(load.free_state_slots));
+  response->set_total_state_slots(static_cast<uint32_t>(load.total_state_slots));
   return grpc::Status::OK;
 }
 

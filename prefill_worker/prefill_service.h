@@ -46,6 +46,11 @@ class PrefillService final : public dqserve::v1::PrefillWorker::Service {
                                                       const dqserve::v1::PrefillRequest& request);
   absl::Status CheckPrompt(const dqserve::v1::PrefillRequest& request) const;
   absl::Status CheckLease(const dqserve::v1::KvLease& lease) const;
+  // A hybrid model needs the lease's target state slot part, of its own layout, on a transport
+  // it has; a pure-attention model refuses one. FailedPrecondition naming the lease and why.
+  absl::Status CheckStatePart(const dqserve::v1::KvLease& lease) const;
+  // The job's state writer, for a hybrid model (after CheckStatePart); its error fails the job.
+  absl::Status PrepareState(const dqserve::v1::KvLease& lease, PrefillJob& job);
   // The job's drafter writer when the lease has a drafter part this worker can fill; else the
   // reason it cannot, in job.drafter_skipped (the request goes on without drafter KV).
   void PrepareDrafter(const std::string& lease_id, const dqserve::v1::StatePart& part,

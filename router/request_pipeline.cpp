@@ -251,7 +251,8 @@ std::optional<ApiError> RequestPipeline::Prefill(ActiveRequest& r, const WorkerH
     // stalled, or its lease expired), not the prefill worker that reported it, and not proof
     // that the decode worker is gone: marking either down here would fail other requests over
     // one bad lease. A dead decode worker is found by the health checks and its own streams.
-    const bool transfer = FailureReasonOf(s) == v1::FAILURE_REASON_KV_TRANSFER;
+    const bool transfer = FailureReasonOf(s) == v1::FAILURE_REASON_KV_TRANSFER ||
+                          FailureReasonOf(s) == v1::FAILURE_REASON_STATE_TRANSFER;
     if (s.error_code() == grpc::StatusCode::UNAVAILABLE && !transfer) {
       registry_.MarkDown(WorkerRole::kPrefill, prefill.address(), s.error_message());
     }
@@ -268,6 +269,7 @@ std::optional<ApiError> RequestPipeline::Prefill(ActiveRequest& r, const WorkerH
     return WorkerCallError(absl::StrCat("prefill worker ", prefill.address(), " failed"), s);
   }
   metrics_.kv_transfer_bytes.fetch_add(response.transfer_bytes());
+  metrics_.state_transfer_bytes.fetch_add(response.state_transfer_bytes());
   metrics_.kv_transfer_micros.fetch_add(
       static_cast<uint64_t>(std::max(0.0f, response.transfer_ms()) * 1000.0f));
   r.commit_ = response.commit();  // the lease stays open until Decode takes the commit

@@ -97,6 +97,10 @@ void WorkerGauges(std::string& out, std::span<const WorkerStatus> workers) {
   LiveWorkerRows(out, "dq_worker_total_kv_blocks", "gauge", &WorkerStatus::total_kv_blocks,
                  workers);
   LiveWorkerRows(out, "dq_worker_open_leases", "gauge", &WorkerStatus::open_leases, workers);
+  LiveWorkerRows(out, "dq_worker_free_state_slots", "gauge", &WorkerStatus::free_state_slots,
+                 workers);
+  LiveWorkerRows(out, "dq_worker_total_state_slots", "gauge", &WorkerStatus::total_state_slots,
+                 workers);
   // The prefix cache: blocks cached now, and lookups, hits and evictions since the worker started.
   LiveWorkerRows(out, "dq_worker_prefix_cached_blocks", "gauge",
                  &WorkerStatus::prefix_cached_blocks, workers);
@@ -183,6 +187,10 @@ std::string RenderMetrics(const RouterMetrics& m, const SchedulerCounters& sched
   Scalar(out, "dq_kv_transfer_bytes_total", "counter",
          "KV bytes written from prefill into decode workers.",
          static_cast<double>(m.kv_transfer_bytes.load()));
+  Scalar(out, "dq_state_transfer_bytes_total", "counter",
+         "Recurrent state bytes (hybrid models' state slots) written from prefill into decode "
+         "workers.",
+         static_cast<double>(m.state_transfer_bytes.load()));
   Scalar(out, "dq_kv_transfer_seconds_total", "counter",
          "Time spent transferring KV (first write posted to last acknowledged).",
          static_cast<double>(m.kv_transfer_micros.load()) / 1e6);

@@ -61,6 +61,7 @@ struct RouterMetrics {
   std::atomic<uint64_t> prompt_cached_tokens{0};  // of which a prefill worker's prefix cache had
   std::atomic<uint64_t> generation_tokens{0};
   std::atomic<uint64_t> kv_transfer_bytes{0};
+  std::atomic<uint64_t> state_transfer_bytes{0};  // hybrid models' recurrent state slots
   std::atomic<uint64_t> kv_transfer_micros{0};
   std::atomic<uint64_t> kv_transfer_failures{0};
   // Speculative decoding, summed over finished requests: acceptance rate = accepted / drafted,

@@ -338,6 +338,8 @@ void WorkerRegistry::ApplyHealth(WorkerRole role, size_t index,
       st.free_kv_blocks = response->free_kv_blocks();
       st.total_kv_blocks = response->total_kv_blocks();
       st.open_leases = response->open_leases();
+      st.free_state_slots = response->free_state_slots();
+      st.total_state_slots = response->total_state_slots();
       st.prefix_cached_blocks = response->prefix_cached_blocks();
       st.prefix_queried_blocks = response->prefix_queried_blocks();
       st.prefix_hit_blocks = response->prefix_hit_blocks();

@@ -49,6 +49,8 @@ struct WorkerStatus {
   uint32_t free_kv_blocks = 0;  // from the last Health
   uint32_t total_kv_blocks = 0;
   uint32_t open_leases = 0;
+  uint32_t free_state_slots = 0;  // a hybrid model's recurrent state slots, from the last Health
+  uint32_t total_state_slots = 0;
   uint32_t prefix_cached_blocks = 0;  // prefix cache, from the last Health
   uint64_t prefix_queried_blocks = 0;
   uint64_t prefix_hit_blocks = 0;

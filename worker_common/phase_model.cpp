@@ -7,6 +7,7 @@
 #include "engine/model/odp_policy.h"
 #include "engine/quant/requantize.h"
 #include "worker_common/device_backend.h"
+#include "worker_common/state_slot_layout.h"
 
 namespace dq::worker {
 
@@ -63,15 +64,6 @@ absl::StatusOr<std::unique_ptr<PhaseModel>> LoadPhaseModel(const PhaseModelOptio
                        DeviceBackendOptions{o.max_batch_tokens, o.device_graphs, o.odp,
                                             o.batch_invariant, o.fp8_attention, o.cuda_kernels}));
   DQ_ASSIGN_OR_RETURN(pm->model, LoadModel(o.model));
-  if (pm->model->config.has_recurrent_state()) {
-    // The recurrent state is not shipped from prefill to decode yet; serving it would decode
-    // from a zero state.
-    return absl::UnimplementedError(absl::StrCat(
-        o.model, " is a hybrid model with per-sequence recurrent state (",
-        pm->model->config.architecture,
-        "'s Gated DeltaNet layers), which the prefill and decode workers do not transfer yet; "
-        "run it with `dqserve generate`"));
-  }
   if (!o.weights.empty() && o.weights != o.model) {
     DQ_ASSIGN_OR_RETURN(pm->weights, LoadModel(o.weights));
     if (pm->weights->tokenizer.vocab_size() != pm->model->tokenizer.vocab_size()) {
@@ -88,6 +80,7 @@ absl::StatusOr<std::unique_ptr<PhaseModel>> LoadPhaseModel(const PhaseModelOptio
   ro.threads = o.threads;
   ro.kv_block_size = o.kv_block_size;
   ro.kv_capacity = o.kv_capacity_tokens;
+  ro.state_slots = o.state_slots;
   ro.backend = std::move(backend);
   // The CPU emulates FP8 attention (a device backend got the option through BackendForDevice).
   ro.cpu_prefill.fp8_prefill_attention = o.fp8_attention && !pm->device.cuda;
@@ -115,6 +108,10 @@ absl::StatusOr<std::unique_ptr<PhaseModel>> LoadPhaseModel(const PhaseModelOptio
         ": it needs every layer linear in FP8 W8A8, and on a GPU head_dim 128 and 1, 2, 4, 8 or "
         "16 KV heads; use --attention bf16"));
   }
+  // A hybrid model's recurrent state travels as the lease's state slot part.
+  DQ_ASSIGN_OR_RETURN(pm->state_slot,
+                      StateSlotLayoutFor(pm->runner->config(),
+                                         pm->runner->kv_pool().state_slots().slot_floats()));
   DQ_ASSIGN_OR_RETURN(pm->kv_staging, CreateKvStaging(*pm->runner, pm->device));
   pm->grammars = std::make_shared<grammar::GrammarCache>(grammar::TokenVocabulary::FromTokenizer(
       pm->model->tokenizer, pm->runner->config().vocab_size, pm->model->config.eos_token_ids));

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/device_spec.h"
 #include "common/status.h"
+#include "dqserve/v1/worker.pb.h"
 #include "engine/grammar/grammar_cache.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/model_runner.h"
@@ -53,6 +55,9 @@ struct PhaseModelOptions {
   // short prompts, and `weights` is streamed per pass for long ones.
   OdpBackendOptions odp;
   std::string odp_resident_weights;
+  // A hybrid model's per-sequence state slots (ModelRunnerOptions::state_slots; 0: 16): the
+  // sequences the worker holds at once (decode: leases; prefill: running prompts).
+  int state_slots = 0;
 };
 
 struct PhaseModel {
@@ -68,6 +73,9 @@ struct PhaseModel {
   std::unique_ptr<KvStaging> kv_staging;
   // Structured output: the request's JSON schemas compiled over this model's vocabulary.
   std::shared_ptr<grammar::GrammarCache> grammars;
+  // A hybrid model's state slot as the lease manifest describes it (worker_common/
+  // state_slot_layout.h); nullopt for a pure-attention model.
+  std::optional<dqserve::v1::StateSlotLayout> state_slot;
 
   const Model& phase_weights() const { return weights ? *weights : *model; }
 };

@@ -408,6 +408,7 @@ void DecoderModel::RunLayers(int first, Scratch& s, KvBlockPool& pool, ThreadPoo
         if (hooks.on_layer_kv_written) hooks.on_layer_kv_written(a->kv_layer);
       } else if (const auto* g = std::get_if<GatedDeltaBlock>(&block)) {
         RunGatedDelta(layer, *g, s, pool, threads);
+        if (hooks.on_layer_state_written) hooks.on_layer_state_written(g->state_layer);
       } else {
         RunMlp(layer, std::get<MlpBlock>(block), s, threads);
       }

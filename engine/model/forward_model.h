@@ -28,6 +28,11 @@ struct ForwardHooks {
   // the transfer overlaps the rest of the forward pass. On a device backend the KV write is
   // enqueued on the device stream at that point, not yet complete.
   std::function<void(int layer)> on_layer_kv_written;
+  // Called once per recurrent (Gated DeltaNet) block as soon as its state in every sequence's
+  // state slot has taken the batch's new tokens, with the block's index among them
+  // (GatedDeltaBlock::state_layer): a prefill worker ships the layer's part of the slot from
+  // here once a prompt's last chunk has run. Later blocks of the pass do not touch that part.
+  std::function<void(int state_layer)> on_layer_state_written;
   // Taps: the outputs of the layers in `tap_layers` (the residual stream after the layer's last
   // block) for every new token of the batch, in batch order: [tokens, hidden_size] fp32 on the
   // host, one call per tapped layer in ascending order. A drafter conditioned on the target's

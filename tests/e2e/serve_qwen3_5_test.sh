@@ -1,4 +1,4 @@
 #!/usr/bin/env bash
-# A tiny Qwen3.5: dqserve generate == transformers; the PD workers refuse it (see serve/qwen3_5.py).
+# A tiny Qwen3.5 across PD over tcp == dqserve generate, its state slots freed (serve/qwen3_5.py).
 set -euo pipefail
 exec python3 "$(dirname "$0")/serve/qwen3_5.py"

@@ -85,32 +85,32 @@ TEST_F(PrefillErrors, LeaseTooSmallOrWithoutRegionsIsRefused) {
   EXPECT_NE(s.error_message().find("supports only: tcp"), std::string::npos) << s.error_message();
 }
 
-// The lease's manifest is checked before any compute: one target part, which is required; at
-// most one part per role; only kinds this worker writes.
+// The lease's manifest is checked before any compute: one target KV part, which is required;
+// at most one part per (role, kind); only kinds this worker writes.
 TEST_F(PrefillErrors, MalformedLeasePartsAreRefusedNamingThePart) {
   v1::KvLease lease = decode_->Lease("none", {{0, 2}});
   lease.clear_parts();
   grpc::Status s = Run(Request(Prompt(20), lease));
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(s.error_message().find("0 target and 0 drafter parts"), std::string::npos)
+  EXPECT_NE(s.error_message().find("0 target paged KV parts"), std::string::npos)
       << s.error_message();
 
   lease = decode_->Lease("two", {{0, 2}});
   *lease.add_parts() = lease.parts(0);
   s = Run(Request(Prompt(20), lease));
-  EXPECT_NE(s.error_message().find("2 target"), std::string::npos) << s.error_message();
+  EXPECT_NE(s.error_message().find("repeats a (role, kind)"), std::string::npos) << s.error_message();
 
   lease = decode_->Lease("optional", {{0, 2}});
   Target(lease).set_required(false);
   s = Run(Request(Prompt(20), lease));
-  EXPECT_NE(s.error_message().find("(target) must be required"), std::string::npos)
+  EXPECT_NE(s.error_message().find("(target paged KV) must be required"), std::string::npos)
       << s.error_message();
 
   lease = decode_->Lease("kind", {{0, 2}});
   Target(lease).set_kind(v1::STATE_PART_KIND_UNSPECIFIED);
   s = Run(Request(Prompt(20), lease));
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(s.error_message().find("STATE_PART_KIND_PAGED_KV parts only"), std::string::npos)
+  EXPECT_NE(s.error_message().find("STATE_PART_KIND_STATE_SLOT parts only"), std::string::npos)
       << s.error_message();
 }
 
