@@ -98,7 +98,8 @@ TEST_F(PrefillErrors, MalformedLeasePartsAreRefusedNamingThePart) {
   lease = decode_->Lease("two", {{0, 2}});
   *lease.add_parts() = lease.parts(0);
   s = Run(Request(Prompt(20), lease));
-  EXPECT_NE(s.error_message().find("repeats a (role, kind)"), std::string::npos) << s.error_message();
+  EXPECT_NE(s.error_message().find("repeats a (role, kind)"), std::string::npos)
+      << s.error_message();
 
   lease = decode_->Lease("optional", {{0, 2}});
   Target(lease).set_required(false);
