@@ -88,6 +88,7 @@ struct ChatCompletionRequest {
   SamplingOptions sampling;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  int n = 1;                   // choices, generated independently (choice_fanout.h)
   bool logprobs = false;
   int top_logprobs = 0;  // alternatives per token, only with logprobs
   // chat_template_kwargs.enable_thinking (vLLM's spelling); nullopt: the template's default.
@@ -95,13 +96,20 @@ struct ChatCompletionRequest {
   std::string user;
 };
 
-// POST /v1/completions. The prompt is text, or token ids that skip the tokenizer.
+// One completions prompt: text, or token ids that skip the tokenizer.
+using CompletionPrompt = std::variant<std::string, std::vector<int32_t>>;
+
+// POST /v1/completions.
 struct CompletionRequest {
   std::string model;
-  std::variant<std::string, std::vector<int32_t>> prompt;
+  CompletionPrompt prompt;
+  // A list of prompts in one request: the ones after the first (`prompt`). Choice i * n + j of
+  // the answer is prompt i's choice j, as in OpenAI's API.
+  std::vector<CompletionPrompt> more_prompts;
   SamplingOptions sampling;
   bool stream = false;
   bool include_usage = false;
+  int n = 1;
   // nullopt: no logprobs. k: each token's logprob plus the k most likely alternatives
   // (the legacy API's "logprobs": k, so up to k + 1 entries per position).
   std::optional<int> logprobs;
@@ -110,6 +118,14 @@ struct CompletionRequest {
   std::string user;
 
   bool prompt_is_token_ids() const { return prompt.index() == 1; }
+  size_t prompt_count() const { return 1 + more_prompts.size(); }
+  // The same request for prompt i alone.
+  CompletionRequest ForPrompt(size_t i) const {
+    CompletionRequest one = *this;
+    if (i > 0) one.prompt = more_prompts[i - 1];
+    one.more_prompts.clear();
+    return one;
+  }
 };
 
 }  // namespace dq::router

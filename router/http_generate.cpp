@@ -1,12 +1,15 @@
-// POST /v1/chat/completions and POST /v1/completions: parse, tokenize, start the request
-// (admission + prefill, whose failures still get a proper status line), then decode into one
-// JSON body or an SSE stream.
+// POST /v1/chat/completions and POST /v1/completions: parse, tokenize, then run the request's
+// choices (n of each prompt, choice_fanout.h) into one JSON body or an SSE stream. A failure
+// before any choice started still gets a proper status line; after the stream began it is an
+// error event.
 #include <memory>
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "router/auth_and_limits.h"
+#include "router/choice_fanout.h"
 #include "router/generation_input.h"
 #include "router/http_server.h"
 #include "router/openai_response.h"
@@ -22,73 +25,54 @@ std::vector<TokenLogprobs> DeltaLogprobs(const Tokenizer& tok, const Delta& d) {
   return out;
 }
 
-// A streamed request's writes. A failed write means the client is gone.
+// One choice's usage into the request's: the prompt once per prompt (its first choice), the
+// completion tokens of every choice.
+void AddUsage(const Usage& u, bool counts_prompt, Usage* total) {
+  if (counts_prompt) {
+    total->prompt_tokens += u.prompt_tokens;
+    total->cached_tokens += u.cached_tokens;
+  }
+  total->completion_tokens += u.completion_tokens;
+  if (!u.speculative) return;
+  if (!total->speculative) total->speculative.emplace();
+  total->speculative->steps += u.speculative->steps;
+  total->speculative->drafted += u.speculative->drafted;
+  total->speculative->accepted += u.speculative->accepted;
+  total->speculative->drafter_prompt = u.speculative->drafter_prompt;
+}
+
+// A streamed request's writes; the event stream's head goes out before the first event (so a
+// failure before any choice started can still be a status line). A failed write means the
+// client is gone.
 struct SseWriter {
   HttpResponder& res;
+  bool started = false;
   bool ok = true;
   bool Write(const std::string& s) {
+    if (!started) {
+      started = true;
+      // Chunked for HTTP/1.1, close-delimited for 1.0 (the listener's part); proxies must not
+      // hold events back.
+      ok = res.StartStream("text/event-stream",
+                           {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
+    }
     if (ok && !s.empty()) ok = res.Write(s);
     return ok;
   }
+  // The stream's end: the usage chunk (may be empty) and [DONE], or the error event.
+  void End(const FanoutOutcome& out, const std::string& usage_chunk, const HttpReply& error_reply) {
+    if (!started && !out.ok()) return res.Reply(error_reply);
+    if (out.ok()) {
+      Write(usage_chunk);
+    } else if (ok && !res.ClientGone()) {
+      Write(SseError(*out.error));
+    }
+    Write(SseDone());
+    if (ok) res.EndStream();
+  }
 };
 
-// After streaming began, an error is an event followed by [DONE] (nobody reads a cancelled one).
-void EndWithError(SseWriter& w, const GenerationResult& r) {
-  if (r.outcome == Outcome::kCancelled) return;
-  w.Write(SseError(*r.error));
-  w.Write(SseDone());
-}
-
-// The decode phase of a streamed request: each delta with text (or logprobs) as `chunk(delta)`,
-// then `tail(result)` (what is still held back, and the finish chunk), the usage chunk and
-// [DONE], or the error event.
-template <typename Stream, typename Chunk, typename Tail>
-void StreamDecode(SseWriter& w, ActiveRequest& active, Stream& stream, bool logprobs,
-                  const Chunk& chunk, const Tail& tail) {
-  GenerationResult r = active.Run([&](const Delta& d) {
-    if (d.text.empty() && !logprobs) return true;  // text held back: nothing to send
-    return w.Write(chunk(d));
-  });
-  if (r.error) return EndWithError(w, r);
-  w.Write(tail(r));
-  w.Write(stream.UsageChunk(r.usage));
-  w.Write(SseDone());
-}
-
-// A streamed chat completion after its role chunk: content and tool calls through `tools`.
-void StreamChat(SseWriter& w, ActiveRequest& active, ChatCompletionStream& stream,
-                ToolCallStream& tools, const Tokenizer& tok, bool logprobs) {
-  StreamDecode(
-      w, active, stream, logprobs,
-      [&](const Delta& d) { return tools.Events(d, DeltaLogprobs(tok, d), stream); },
-      [&](const GenerationResult& r) { return tools.FinishEvents(r.finish_reason, stream); });
-}
-
-// The event stream's head (chunked for HTTP/1.1, close-delimited for 1.0: the listener's part).
-bool StartSse(HttpResponder& res) {
-  return res.StartStream("text/event-stream",
-                         {{"Cache-Control", "no-cache"},
-                          {"X-Accel-Buffering", "no"}});  // proxies must not hold events back
-}
-
 }  // namespace
-
-std::shared_ptr<ActiveRequest> HttpServer::Start(ApiResult<GenerationInput> input,
-                                                 const std::string& request_id,
-                                                 HttpResponder& res) {
-  if (!input.ok()) {
-    BadRequest(res, input.error());
-    return nullptr;
-  }
-  GenerationInput in = std::move(input).value();
-  in.request_id = request_id;
-  StartResult start = pipeline_.Start(std::move(in));
-  if (!start.ok()) {
-    res.Reply(ErrorReply(start.error, start.retry_after));
-    return nullptr;
-  }
-  return std::move(start.request);
-}
 
 void HttpServer::Chat(const HttpRequest& req, HttpResponder& res) {
   if (auto e = CheckBodySize(req.body.size(), options_.max_body_bytes)) return BadRequest(res, *e);
@@ -96,36 +80,68 @@ void HttpServer::Chat(const HttpRequest& req, HttpResponder& res) {
   if (!parsed.ok()) return BadRequest(res, parsed.error());
   const ChatCompletionRequest& c = *parsed;
   ResponseHeader header = NewResponseHeader(ApiEndpoint::kChatCompletions, c.model);
-  std::shared_ptr<ActiveRequest> active =
-      Start(ChatGeneration(c, pipeline_.model()), header.id, res);
-  if (!active) return;
+  ApiResult<GenerationInput> input = ChatGeneration(c, pipeline_.model());
+  if (!input.ok()) return BadRequest(res, input.error());
+  std::vector<GenerationInput> prompts;
+  prompts.push_back(std::move(input).value());
+  std::vector<GenerationInput> inputs = FanoutInputs(std::move(prompts), c.n, header.id);
   const Tokenizer& tok = pipeline_.model().tokenizer;
   const bool logprobs = c.logprobs;
-  ToolCallStream tools = ToolCallStream::For(c, pipeline_.model());
-
-  if (!c.stream) {
-    ChatChoice choice;
-    if (logprobs) choice.logprobs.emplace();
-    GenerationResult r = active->Run([&](const Delta& d) {
-      tools.Add(d, &choice);
+  std::vector<ChatChoice> choices(inputs.size());
+  std::vector<ToolCallStream> tools;
+  std::vector<ChatCompletionStream> streams;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    tools.push_back(ToolCallStream::For(c, pipeline_.model()));
+    streams.emplace_back(header, c.include_usage, logprobs, static_cast<int>(i));
+    if (logprobs) choices[i].logprobs.emplace();
+  }
+  Usage usage;
+  SseWriter w{res};
+  FanoutCallbacks cb;
+  cb.started = [&](size_t i, ActiveRequest&) {
+    return c.stream ? w.Write(streams[i].RoleChunk()) : !res.ClientGone();
+  };
+  cb.delta = [&](size_t i, const Delta& d) {
+    if (!c.stream) {
+      tools[i].Add(d, &choices[i]);
       if (logprobs) {
-        for (const auto& lp : d.logprobs) choice.logprobs->push_back(ToTokenLogprobs(tok, lp));
+        for (const auto& lp : d.logprobs) choices[i].logprobs->push_back(ToTokenLogprobs(tok, lp));
       }
       return !res.ClientGone();  // nobody waits for the rest
-    });
-    active.reset();  // free the slot before writing the body
-    if (r.error) return res.Reply(ErrorReply(*r.error));
-    tools.Finish(r.finish_reason, &choice);
-    return res.Reply(
-        HttpReply{200, "application/json", ChatCompletionJson(header, choice, r.usage), {}});
-  }
-  if (!StartSse(res)) return;
-  SseWriter w{res};
-  ChatCompletionStream stream(header, c.include_usage, logprobs);
-  if (w.Write(stream.RoleChunk())) StreamChat(w, *active, stream, tools, tok, logprobs);
-  active.reset();  // free the slot before the stream's end
-  res.EndStream();
+    }
+    if (d.text.empty() && !logprobs) return true;  // text held back: nothing to send
+    return w.Write(tools[i].Events(d, DeltaLogprobs(tok, d), streams[i]));
+  };
+  cb.done = [&](size_t i, const GenerationResult& r) {
+    AddUsage(r.usage, i % c.n == 0, &usage);
+    if (c.stream) {
+      w.Write(tools[i].FinishEvents(r.finish_reason, streams[i]));
+    } else {
+      tools[i].Finish(r.finish_reason, &choices[i]);
+    }
+  };
+  FanoutOutcome out = RunFanout(pipeline_, std::move(inputs), scheduler_.max_in_flight(), cb);
+  const HttpReply error_reply = out.ok() ? HttpReply{} : ErrorReply(*out.error, out.retry_after);
+  if (c.stream) return w.End(out, streams[0].UsageChunk(usage), error_reply);
+  if (!out.ok()) return res.Reply(error_reply);
+  res.Reply(HttpReply{200, "application/json", ChatCompletionJson(header, choices, usage), {}});
 }
+
+namespace {
+
+// The per-prompt GenerationInputs of a completions request.
+ApiResult<std::vector<GenerationInput>> CompletionInputs(const CompletionRequest& c,
+                                                         const ServedModel& model) {
+  std::vector<GenerationInput> prompts;
+  for (size_t i = 0; i < c.prompt_count(); ++i) {
+    ApiResult<GenerationInput> in = CompletionGeneration(c.ForPrompt(i), model);
+    if (!in.ok()) return in.error();
+    prompts.push_back(std::move(in).value());
+  }
+  return prompts;
+}
+
+}  // namespace
 
 void HttpServer::Completions(const HttpRequest& req, HttpResponder& res) {
   if (auto e = CheckBodySize(req.body.size(), options_.max_body_bytes)) return BadRequest(res, *e);
@@ -133,45 +149,55 @@ void HttpServer::Completions(const HttpRequest& req, HttpResponder& res) {
   if (!parsed.ok()) return BadRequest(res, parsed.error());
   const CompletionRequest& c = *parsed;
   ResponseHeader header = NewResponseHeader(ApiEndpoint::kCompletions, c.model);
-  std::shared_ptr<ActiveRequest> active =
-      Start(CompletionGeneration(c, pipeline_.model()), header.id, res);
-  if (!active) return;
+  auto prompts = CompletionInputs(c, pipeline_.model());
+  if (!prompts.ok()) return BadRequest(res, prompts.error());
+  std::vector<GenerationInput> inputs = FanoutInputs(std::move(prompts).value(), c.n, header.id);
   const Tokenizer& tok = pipeline_.model().tokenizer;
   const bool logprobs = c.logprobs.has_value();
-  const std::string echo_text = c.echo ? pipeline_.model().PromptText(c) : "";
-  std::vector<TokenLogprobs> echo_logprobs;
-  if (c.echo && logprobs) {
-    echo_logprobs = PromptTokenLogprobs(tok, active->prompt_ids(), active->prompt_logprobs());
+  std::vector<CompletionChoice> choices(inputs.size());
+  std::vector<CompletionStream> streams;
+  std::vector<std::string> echo_texts(inputs.size());
+  std::vector<std::vector<TokenLogprobs>> echo_logprobs(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    streams.emplace_back(header, c.include_usage, logprobs, static_cast<int>(i));
+    if (logprobs) choices[i].logprobs.emplace();
+    if (c.echo) echo_texts[i] = pipeline_.model().PromptText(c.ForPrompt(i / c.n));
   }
-
-  if (!c.stream) {
-    CompletionChoice choice;
-    if (logprobs) choice.logprobs.emplace();
-    GenerationResult r = active->Run([&](const Delta& d) {
-      choice.text += d.text;
+  Usage usage;
+  SseWriter w{res};
+  FanoutCallbacks cb;
+  cb.started = [&](size_t i, ActiveRequest& active) {
+    if (c.echo && logprobs) {
+      echo_logprobs[i] = PromptTokenLogprobs(tok, active.prompt_ids(), active.prompt_logprobs());
+    }
+    if (!c.stream) return !res.ClientGone();
+    return !c.echo ? w.Write("") : w.Write(streams[i].TextChunk(echo_texts[i], echo_logprobs[i]));
+  };
+  cb.delta = [&](size_t i, const Delta& d) {
+    if (!c.stream) {
+      choices[i].text += d.text;
       if (logprobs) {
-        for (const auto& lp : d.logprobs) choice.logprobs->push_back(ToTokenLogprobs(tok, lp));
+        for (const auto& lp : d.logprobs) choices[i].logprobs->push_back(ToTokenLogprobs(tok, lp));
       }
       return !res.ClientGone();
-    });
-    active.reset();
-    if (r.error) return res.Reply(ErrorReply(*r.error));
-    choice.finish_reason = r.finish_reason;
-    if (c.echo) PrependEcho(echo_text, std::move(echo_logprobs), &choice);
-    return res.Reply(
-        HttpReply{200, "application/json", CompletionJson(header, choice, r.usage), {}});
-  }
-  if (!StartSse(res)) return;
-  SseWriter w{res};
-  CompletionStream stream(header, c.include_usage, logprobs);
-  if (!c.echo || w.Write(stream.TextChunk(echo_text, echo_logprobs))) {
-    StreamDecode(
-        w, *active, stream, logprobs,
-        [&](const Delta& d) { return stream.TextChunk(d.text, DeltaLogprobs(tok, d)); },
-        [&](const GenerationResult& r) { return stream.FinishChunk(r.finish_reason); });
-  }
-  active.reset();  // free the slot before the stream's end
-  res.EndStream();
+    }
+    if (d.text.empty() && !logprobs) return true;
+    return w.Write(streams[i].TextChunk(d.text, DeltaLogprobs(tok, d)));
+  };
+  cb.done = [&](size_t i, const GenerationResult& r) {
+    AddUsage(r.usage, i % c.n == 0, &usage);
+    if (c.stream) {
+      w.Write(streams[i].FinishChunk(r.finish_reason));
+      return;
+    }
+    choices[i].finish_reason = r.finish_reason;
+    if (c.echo) PrependEcho(echo_texts[i], std::move(echo_logprobs[i]), &choices[i]);
+  };
+  FanoutOutcome out = RunFanout(pipeline_, std::move(inputs), scheduler_.max_in_flight(), cb);
+  const HttpReply error_reply = out.ok() ? HttpReply{} : ErrorReply(*out.error, out.retry_after);
+  if (c.stream) return w.End(out, streams[0].UsageChunk(usage), error_reply);
+  if (!out.ok()) return res.Reply(error_reply);
+  res.Reply(HttpReply{200, "application/json", CompletionJson(header, choices, usage), {}});
 }
 
 }  // namespace dq::router

@@ -73,10 +73,6 @@ class HttpServer {
   // The key, the route and the declared body length, before the body is read.
   std::optional<HttpReply> CheckHead(const HttpRequest& head);
   void Handle(const HttpRequest& req, HttpResponder& res);
-  // Admits a parsed, tokenized request (named `request_id`) through the pipeline; on any error
-  // the reply is written to `res` and the result is null.
-  std::shared_ptr<ActiveRequest> Start(ApiResult<GenerationInput> input,
-                                       const std::string& request_id, HttpResponder& res);
   void Chat(const HttpRequest& req, HttpResponder& res);
   void Completions(const HttpRequest& req, HttpResponder& res);
   void Models(const HttpRequest& req, HttpResponder& res);

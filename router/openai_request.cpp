@@ -232,13 +232,13 @@ void ReadStreaming(FieldReader& f, bool* stream, bool* include_usage) {
   if (!o.ok()) f.Fail(o.error());
 }
 
-// Fields that only make sense as 1 here: one choice per request.
+// best_of: only 1 (choices are not ranked here; send n for several).
 void ReadOnlyOne(FieldReader& f, const char* name) {
   int n = 1;
   if (!f.Int(name, 0, kMaxInt, &n) || n == 1) return;
   f.Fail(InvalidRequest(
-      name, absl::StrCat("Invalid '", name, "': only 1 is supported (one choice per request), ",
-                         "but got ", n, " instead. Send one request per choice.")));
+      name, absl::StrCat("Invalid '", name, "': only 1 is supported (choices are not ranked), ",
+                         "but got ", n, " instead. Send n for several choices.")));
 }
 
 ApiError Unsupported(const std::string& param, std::string_view what) {
@@ -252,7 +252,6 @@ constexpr std::string_view kIgnoredFields[] = {"metadata", "store", "service_tie
 
 // Known fields that would change the answer if silently ignored.
 void RejectUnsupported(FieldReader& f) {
-  ReadOnlyOne(f, "n");
   ReadOnlyOne(f, "best_of");
   // Set to something other than its "off" value (null, "", [], {}, false).
   auto non_empty = [&](const char* name) {
@@ -278,41 +277,59 @@ void ReadChatLogprobs(FieldReader& f, const ParseOptions& options, ChatCompletio
   }
 }
 
-// The prompt of a completion: one string, one token-id array, or a one-element array of either.
-void ReadPrompt(FieldReader& f, const ParseOptions& options, CompletionRequest* r) {
-  const json* v = f.ok() ? f.Find("prompt") : nullptr;
-  if (v == nullptr) return f.Fail(MissingField("prompt"));
-  const json* one = v;
-  std::string param = "prompt";
-  if (v->is_array() && !v->empty() && !(*v)[0].is_number()) {
-    if (v->size() > 1) {
-      return f.Fail(InvalidRequest(
-          "prompt", absl::StrCat("Invalid 'prompt': only one prompt per request is supported, "
-                                 "but got ",
-                                 v->size(), ". Send one request per prompt.")));
-    }
-    one = &(*v)[0];
-    param = "prompt[0]";
-  }
-  const bool empty = one->is_string() ? one->get_ref<const std::string&>().empty()
-                                      : one->is_array() && one->empty();
+// One prompt (`param` names it in errors): a non-empty string or token-id array.
+void ReadOnePrompt(FieldReader& f, const ParseOptions& options, const json& one,
+                   const std::string& param, CompletionPrompt* out) {
+  const bool empty =
+      one.is_string() ? one.get_ref<const std::string&>().empty() : one.is_array() && one.empty();
   if (empty) {
     return f.Fail(InvalidRequest(param, absl::StrCat("Invalid '", param,
                                                      "': the prompt is "
                                                      "empty. Send at least one character or "
                                                      "token id.")));
   }
-  if (one->is_string()) {
-    const std::string& s = one->get_ref<const std::string&>();
+  if (one.is_string()) {
+    const std::string& s = one.get_ref<const std::string&>();
     if (!IsValidUtf8(s)) return f.Fail(InvalidUtf8(param, s));
-    r->prompt = s;
-  } else if (one->is_array()) {
+    *out = s;
+  } else if (one.is_array()) {
     std::vector<int32_t> ids;
-    ReadTokenIds(f, *one, param, options.vocab_size, &ids);
-    r->prompt = std::move(ids);
+    ReadTokenIds(f, one, param, options.vocab_size, &ids);
+    *out = std::move(ids);
   } else {
-    f.Fail(WrongType(param, "a string or an array of token ids", *one));
+    f.Fail(WrongType(param, "a string or an array of token ids", one));
   }
+}
+
+// The prompts of a completion: one string, one token-id array, or an array of either (each its
+// own prompt, at most max_choices / n of them).
+void ReadPrompt(FieldReader& f, const ParseOptions& options, CompletionRequest* r) {
+  const json* v = f.ok() ? f.Find("prompt") : nullptr;
+  if (v == nullptr) return f.Fail(MissingField("prompt"));
+  if (!v->is_array() || v->empty() || (*v)[0].is_number()) {
+    return ReadOnePrompt(f, options, *v, "prompt", &r->prompt);
+  }
+  const size_t most = static_cast<size_t>(options.max_choices / std::max(r->n, 1));
+  if (v->size() > most) {
+    return f.Fail(InvalidRequest(
+        "prompt",
+        absl::StrCat("Invalid 'prompt': ", v->size(), " prompts with n = ", r->n, " make ",
+                     v->size() * r->n, " choices, more than the ", options.max_choices,
+                     " one request may have. Send the prompts in several requests.")));
+  }
+  r->more_prompts.resize(v->size() - 1);
+  for (size_t i = 0; i < v->size() && f.ok(); ++i) {
+    ReadOnePrompt(f, options, (*v)[i], absl::StrCat("prompt[", i, "]"),
+                  i == 0 ? &r->prompt : &r->more_prompts[i - 1]);
+  }
+}
+
+// n: choices per prompt, in [1, max_choices].
+void ReadChoiceCount(FieldReader& f, const ParseOptions& options, int* n) {
+  if (!f.Int("n", 1, kMaxInt, n) || *n <= options.max_choices) return;
+  f.Fail(InvalidRequest("n", absl::StrCat("Invalid 'n': at most ", options.max_choices,
+                                          " choices per request are supported, but got ", *n,
+                                          " instead. Send the choices in several requests.")));
 }
 
 }  // namespace
@@ -386,6 +403,7 @@ ApiResult<ChatCompletionRequest> ChatCompletionRequestFromJson(const json& body,
   ReadMaxTokens(f, ApiEndpoint::kChatCompletions, &r.sampling.max_tokens);
   ReadStreaming(f, &r.stream, &r.include_usage);
   ReadChatLogprobs(f, options, &r);
+  ReadChoiceCount(f, options, &r.n);
   RejectUnsupported(f);
   f.String("user", &r.user);
   f.RejectUnread(kIgnoredFields);
@@ -399,6 +417,7 @@ ApiResult<CompletionRequest> CompletionRequestFromJson(const json& body,
   CompletionRequest r;
   FieldReader f(body);
   ReadModel(f, options, &r.model);
+  ReadChoiceCount(f, options, &r.n);
   ReadPrompt(f, options, &r);
   ReadSampling(f, options, &r.sampling);
   r.sampling.max_tokens = 16;  // OpenAI's default for completions

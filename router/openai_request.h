@@ -52,6 +52,8 @@ struct ParseOptions {
   int max_stop_sequences = 16;
   // OpenAI's (and vLLM's default) cap on logprobs / top_logprobs.
   int max_logprobs = 20;
+  // Choices per request: n times the number of prompts (completions' list of prompts).
+  int max_choices = 128;
   // Deeper bodies are refused before parsing: OpenAI bodies nest a few levels, and a deep
   // "[[[[..." must not cost the server its stack.
   size_t max_json_depth = 64;

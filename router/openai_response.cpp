@@ -177,12 +177,9 @@ ojson ToolCallJson(const ChatToolCall& call) {
   return j;
 }
 
-}  // namespace
-
-std::string ChatCompletionJson(const ResponseHeader& header, const ChatChoice& choice,
-                               const Usage& usage) {
+ojson ChatChoiceJson(const ChatChoice& choice, size_t index) {
   ojson c;
-  c["index"] = 0;
+  c["index"] = index;
   c["message"]["role"] = "assistant";
   // OpenAI: an answer that is only tool calls has content null.
   const bool no_content = choice.content.empty() && !choice.tool_calls.empty();
@@ -194,23 +191,48 @@ std::string ChatCompletionJson(const ResponseHeader& header, const ChatChoice& c
   }
   c["logprobs"] = choice.logprobs ? ChatLogprobsJson(*choice.logprobs) : ojson(nullptr);
   c["finish_reason"] = std::string(FinishReasonName(choice.finish_reason));
+  return c;
+}
+
+ojson CompletionChoiceJson(const CompletionChoice& choice, size_t index) {
+  ojson c;
+  c["index"] = index;
+  c["text"] = choice.text;
+  c["logprobs"] = choice.logprobs ? CompletionLogprobsJson(*choice.logprobs) : ojson(nullptr);
+  c["finish_reason"] = std::string(FinishReasonName(choice.finish_reason));
+  return c;
+}
+
+}  // namespace
+
+std::string ChatCompletionJson(const ResponseHeader& header, std::span<const ChatChoice> choices,
+                               const Usage& usage) {
   ojson j = Envelope(header, "chat.completion");
-  j["choices"] = ojson::array({std::move(c)});
+  j["choices"] = ojson::array();
+  for (size_t i = 0; i < choices.size(); ++i) j["choices"].push_back(ChatChoiceJson(choices[i], i));
+  j["usage"] = UsageJson(usage);
+  return Dump(j);
+}
+
+std::string ChatCompletionJson(const ResponseHeader& header, const ChatChoice& choice,
+                               const Usage& usage) {
+  return ChatCompletionJson(header, std::span<const ChatChoice>(&choice, 1), usage);
+}
+
+std::string CompletionJson(const ResponseHeader& header, std::span<const CompletionChoice> choices,
+                           const Usage& usage) {
+  ojson j = Envelope(header, "text_completion");
+  j["choices"] = ojson::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    j["choices"].push_back(CompletionChoiceJson(choices[i], i));
+  }
   j["usage"] = UsageJson(usage);
   return Dump(j);
 }
 
 std::string CompletionJson(const ResponseHeader& header, const CompletionChoice& choice,
                            const Usage& usage) {
-  ojson c;
-  c["index"] = 0;
-  c["text"] = choice.text;
-  c["logprobs"] = choice.logprobs ? CompletionLogprobsJson(*choice.logprobs) : ojson(nullptr);
-  c["finish_reason"] = std::string(FinishReasonName(choice.finish_reason));
-  ojson j = Envelope(header, "text_completion");
-  j["choices"] = ojson::array({std::move(c)});
-  j["usage"] = UsageJson(usage);
-  return Dump(j);
+  return CompletionJson(header, std::span<const CompletionChoice>(&choice, 1), usage);
 }
 
 std::string SseData(const ojson& payload) { return absl::StrCat("data: ", Dump(payload), "\n\n"); }
@@ -221,8 +243,12 @@ std::string SseError(const ApiError& error) {
 
 std::string SseDone() { return "data: [DONE]\n\n"; }
 
-ChatCompletionStream::ChatCompletionStream(ResponseHeader header, bool include_usage, bool logprobs)
-    : header_(std::move(header)), include_usage_(include_usage), logprobs_(logprobs) {}
+ChatCompletionStream::ChatCompletionStream(ResponseHeader header, bool include_usage, bool logprobs,
+                                           int index)
+    : header_(std::move(header)),
+      include_usage_(include_usage),
+      logprobs_(logprobs),
+      index_(index) {}
 
 ojson ChatCompletionStream::Chunk(ojson choices) const {
   ojson j = Envelope(header_, "chat.completion.chunk");
@@ -233,7 +259,7 @@ ojson ChatCompletionStream::Chunk(ojson choices) const {
 
 std::string ChatCompletionStream::RoleChunk() const {
   ojson c;
-  c["index"] = 0;
+  c["index"] = index_;
   c["delta"]["role"] = "assistant";
   c["delta"]["content"] = "";
   c["logprobs"] = nullptr;
@@ -244,7 +270,7 @@ std::string ChatCompletionStream::RoleChunk() const {
 std::string ChatCompletionStream::ContentChunk(std::string_view text,
                                                std::span<const TokenLogprobs> logprobs) const {
   ojson c;
-  c["index"] = 0;
+  c["index"] = index_;
   c["delta"]["content"] = std::string(text);
   c["logprobs"] = logprobs_ ? ChatLogprobsJson(logprobs) : ojson(nullptr);
   c["finish_reason"] = nullptr;
@@ -257,7 +283,7 @@ std::string ChatCompletionStream::ToolCallChunk(const ChatToolCall& call) {
   const ojson fields = ToolCallJson(call);
   for (const auto& [key, value] : fields.items()) entry[key] = value;
   ojson c;
-  c["index"] = 0;
+  c["index"] = index_;
   c["delta"]["tool_calls"] = ojson::array({std::move(entry)});
   c["logprobs"] = nullptr;
   c["finish_reason"] = nullptr;
@@ -266,7 +292,7 @@ std::string ChatCompletionStream::ToolCallChunk(const ChatToolCall& call) {
 
 std::string ChatCompletionStream::FinishChunk(FinishReason reason) const {
   ojson c;
-  c["index"] = 0;
+  c["index"] = index_;
   c["delta"] = ojson::object();
   c["logprobs"] = nullptr;
   c["finish_reason"] = std::string(FinishReasonName(reason));
@@ -280,8 +306,12 @@ std::string ChatCompletionStream::UsageChunk(const Usage& usage) const {
   return SseData(j);
 }
 
-CompletionStream::CompletionStream(ResponseHeader header, bool include_usage, bool logprobs)
-    : header_(std::move(header)), include_usage_(include_usage), logprobs_(logprobs) {}
+CompletionStream::CompletionStream(ResponseHeader header, bool include_usage, bool logprobs,
+                                   int index)
+    : header_(std::move(header)),
+      include_usage_(include_usage),
+      logprobs_(logprobs),
+      index_(index) {}
 
 ojson CompletionStream::Chunk(ojson choices) const {
   ojson j = Envelope(header_, "text_completion");
@@ -293,7 +323,7 @@ ojson CompletionStream::Chunk(ojson choices) const {
 std::string CompletionStream::TextChunk(std::string_view text,
                                         std::span<const TokenLogprobs> logprobs) {
   ojson c;
-  c["index"] = 0;
+  c["index"] = index_;
   c["text"] = std::string(text);
   c["logprobs"] = logprobs_ ? CompletionLogprobsJson(logprobs, text_offset_) : ojson(nullptr);
   c["finish_reason"] = nullptr;
@@ -303,7 +333,7 @@ std::string CompletionStream::TextChunk(std::string_view text,
 
 std::string CompletionStream::FinishChunk(FinishReason reason) const {
   ojson c;
-  c["index"] = 0;
+  c["index"] = index_;
   c["text"] = "";
   c["logprobs"] = nullptr;
   c["finish_reason"] = std::string(FinishReasonName(reason));

@@ -111,9 +111,14 @@ void PrependEcho(std::string_view prompt_text, std::vector<TokenLogprobs> prompt
                  CompletionChoice* choice);
 
 // Non-streamed bodies: {"id","object","created","model","choices":[...],"usage":{...}}.
+// Several choices: each's "index" is its position.
 std::string ChatCompletionJson(const ResponseHeader& header, const ChatChoice& choice,
                                const Usage& usage);
+std::string ChatCompletionJson(const ResponseHeader& header, std::span<const ChatChoice> choices,
+                               const Usage& usage);
 std::string CompletionJson(const ResponseHeader& header, const CompletionChoice& choice,
+                           const Usage& usage);
+std::string CompletionJson(const ResponseHeader& header, std::span<const CompletionChoice> choices,
                            const Usage& usage);
 
 // "data: <json>\n\n".
@@ -124,10 +129,11 @@ std::string SseError(const ApiError& error);
 // "data: [DONE]\n\n".
 std::string SseDone();
 
-// The events of one streamed chat completion. `logprobs`: content chunks carry logprobs.
+// The events of one streamed chat completion's choice `index` (several choices interleave their
+// chunks in one stream). `logprobs`: content chunks carry logprobs.
 class ChatCompletionStream {
  public:
-  ChatCompletionStream(ResponseHeader header, bool include_usage, bool logprobs);
+  ChatCompletionStream(ResponseHeader header, bool include_usage, bool logprobs, int index = 0);
 
   std::string RoleChunk() const;
   std::string ContentChunk(std::string_view text,
@@ -144,13 +150,14 @@ class ChatCompletionStream {
   ResponseHeader header_;
   bool include_usage_;
   bool logprobs_;
+  int index_;
   int tool_calls_ = 0;  // calls sent so far
 };
 
-// The events of one streamed completion. Keeps the text offset across chunks.
+// The events of one streamed completion's choice `index`. Keeps the text offset across chunks.
 class CompletionStream {
  public:
-  CompletionStream(ResponseHeader header, bool include_usage, bool logprobs);
+  CompletionStream(ResponseHeader header, bool include_usage, bool logprobs, int index = 0);
 
   // With echo, the first chunk is the prompt text with the prompt's logprobs.
   std::string TextChunk(std::string_view text, std::span<const TokenLogprobs> logprobs = {});
@@ -163,6 +170,7 @@ class CompletionStream {
   ResponseHeader header_;
   bool include_usage_;
   bool logprobs_;
+  int index_;
   size_t text_offset_ = 0;  // code points sent so far
 };
 

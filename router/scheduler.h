@@ -128,6 +128,7 @@ class Scheduler {
   bool Release(const RequestId& id);
 
   SchedulerCounters counters() const;
+  int max_in_flight() const { return options_.max_in_flight; }
   // When a client refused now should retry: recent mean service time times the requests ahead
   // per slot, at least 1 s.
   std::chrono::milliseconds EstimatedRetryAfter() const;

@@ -29,6 +29,13 @@ std::string Completion(const std::string& extra) {
   std::string body = R"({"model": "m", "prompt": "hi")";
   return extra.empty() ? body + "}" : body + ", " + extra + "}";
 }
+// A JSON array of `count` one-word prompts.
+std::string PromptList(int count) {
+  std::string out = "[";
+  for (int i = 0; i < count; ++i) out += (i ? ", \"p" : "\"p") + std::to_string(i) + "\"";
+  return out + "]";
+}
+
 std::string CompletionPrompt(const std::string& prompt) {
   return R"({"model": "m", "prompt": )" + prompt + "}";
 }
@@ -174,8 +181,13 @@ TEST(OpenAiRequestErrorsTest, ModelAndTokens) {
        "expected an integer in [1, 2147483647]"},
       {"max_completion_tokens 0", kChat, Chat(R"("max_completion_tokens": 0)"), 400,
        "max_completion_tokens", "at least 1"},
-      {"n 2", kChat, Chat(R"("n": 2)"), 400, "n", "only 1 is supported"},
       {"n 0", kText, Completion(R"("n": 0)"), 400, "n", "but got 0 instead"},
+      {"n -1", kChat, Chat(R"("n": -1)"), 400, "n", "an integer in [1, 2147483647]"},
+      {"n above the cap", kChat, Chat(R"("n": 129)"), 400, "n",
+       "Invalid 'n': at most 128 choices per request are supported, but got 129 instead. Send "
+       "the choices in several requests."},
+      {"n above the cap, completions", kText, Completion(R"("n": 1000)"), 400, "n",
+       "at most 128 choices"},
       {"n a string", kChat, Chat(R"("n": "2")"), 400, "n", "expected an integer"},
       {"best_of 3", kText, Completion(R"("best_of": 3)"), 400, "best_of", "only 1 is supported"},
   });
@@ -362,10 +374,17 @@ TEST(OpenAiRequestErrorsTest, Prompt) {
       {"null prompt", kText, CompletionPrompt("null"), 400, "prompt", "Missing required"},
       {"empty string", kText, CompletionPrompt(R"("")"), 400, "prompt", "the prompt is empty"},
       {"empty array", kText, CompletionPrompt("[]"), 400, "prompt", "the prompt is empty"},
-      {"two strings", kText, CompletionPrompt(R"(["a", "b"])"), 400, "prompt",
-       "only one prompt per request is supported, but got 2. Send one request per prompt."},
-      {"two token arrays", kText, CompletionPrompt("[[1], [2]]"), 400, "prompt",
-       "only one prompt per request"},
+      {"second of two strings empty", kText, CompletionPrompt(R"(["a", ""])"), 400, "prompt[1]",
+       "the prompt is empty"},
+      {"second token array past vocab", kText, CompletionPrompt("[[1], [2, 1000]]"), 400,
+       "prompt[1][1]", "but got 1000 instead"},
+      {"a string beside token arrays", kText, CompletionPrompt(R"([[1], 2])"), 400, "prompt[1]",
+       "expected a string or an array of token ids, but got an integer"},
+      {"129 prompts", kText, CompletionPrompt(PromptList(129)), 400, "prompt",
+       "Invalid 'prompt': 129 prompts with n = 1 make 129 choices, more than the 128 one request "
+       "may have. Send the prompts in several requests."},
+      {"65 prompts times n 2", kText, R"({"model": "m", "n": 2, "prompt": )" + PromptList(65) + "}",
+       400, "prompt", "65 prompts with n = 2 make 130 choices"},
       {"one empty string", kText, CompletionPrompt(R"([""])"), 400, "prompt[0]",
        "the prompt is empty"},
       {"one empty token array", kText, CompletionPrompt("[[]]"), 400, "prompt[0]",

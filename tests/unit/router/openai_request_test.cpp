@@ -187,6 +187,41 @@ TEST(OpenAiRequestTest, CompletionPromptForms) {
   EXPECT_EQ(r.sampling.max_tokens, 1);
 }
 
+TEST(OpenAiRequestTest, SeveralPromptsAndChoices) {
+  CompletionRequest r = ParseText(R"({"model": "m", "prompt": ["a", "bc", "d"], "n": 2})");
+  ASSERT_EQ(r.prompt_count(), 3u);
+  EXPECT_EQ(r.n, 2);
+  const char* want[] = {"a", "bc", "d"};
+  for (size_t i = 0; i < 3; ++i) {
+    CompletionRequest one = r.ForPrompt(i);
+    EXPECT_EQ(one.prompt_count(), 1u);
+    EXPECT_EQ(std::get<std::string>(one.prompt), want[i]);
+    EXPECT_EQ(one.n, 2);
+  }
+
+  r = ParseText(R"({"model": "m", "prompt": [[1, 2], [3], [4, 5, 6], [7]]})");
+  ASSERT_EQ(r.prompt_count(), 4u);
+  EXPECT_EQ(r.n, 1);
+  EXPECT_EQ(std::get<std::vector<int32_t>>(r.ForPrompt(2).prompt), (std::vector<int32_t>{4, 5, 6}));
+  EXPECT_EQ(std::get<std::vector<int32_t>>(r.ForPrompt(3).prompt), (std::vector<int32_t>{7}));
+
+  // A list mixing the two forms: each prompt is its own.
+  r = ParseText(R"({"model": "m", "prompt": ["x", [9]]})");
+  ASSERT_EQ(r.prompt_count(), 2u);
+  EXPECT_FALSE(r.ForPrompt(0).prompt_is_token_ids());
+  EXPECT_TRUE(r.ForPrompt(1).prompt_is_token_ids());
+
+  // 128 choices (the cap) are fine, as 64 prompts times n = 2.
+  std::string many = "[";
+  for (int i = 0; i < 64; ++i) many += i ? ", \"p\"" : "\"p\"";
+  r = ParseText(R"({"model": "m", "n": 2, "prompt": )" + many + "]}");
+  EXPECT_EQ(r.prompt_count(), 64u);
+
+  ChatCompletionRequest c = ParseChat(R"({"model": "m", "n": 4,
+      "messages": [{"role": "user", "content": "hi"}]})");
+  EXPECT_EQ(c.n, 4);
+}
+
 TEST(OpenAiRequestTest, UnknownVocabularyOnlyChecksSign) {
   ParseOptions o = Options();
   o.vocab_size = 0;
