@@ -16,7 +16,7 @@ std::span<const Architecture* const> Architectures() {
 
 const Architecture* FindArchitecture(std::string_view name) {
   for (const Architecture* a : Architectures()) {
-    if (a->name == name) return a;
+    if (a->name == name || (!a->gguf_name.empty() && a->gguf_name == name)) return a;
     for (std::string_view hf : a->hf_names) {
       if (hf == name) return a;
     }
@@ -34,7 +34,8 @@ absl::StatusOr<const Architecture*> RequireArchitecture(std::string_view name) {
 }
 
 TensorNames ArchitectureTensorNames(const Architecture& arch, bool gguf) {
-  return TensorNames(gguf, "model.layers.", arch.hf_sandwich_norms);
+  return TensorNames(gguf, "model.layers.", arch.hf_sandwich_norms,
+                     arch.gguf_ffn_norm_post_attention);
 }
 
 absl::StatusOr<ModelProgram> BindModelProgram(const Checkpoint& checkpoint,
@@ -68,7 +69,11 @@ absl::StatusOr<B> BindBlock(const WeightBinder& binder, const TensorNames& names
     if (s.optional && !wanted(std::string_view(s.role))) continue;
     const std::string name = s.bare ? names.LayerBare(layer, s.role) : names.Layer(layer, s.role);
     std::vector<int64_t> shape = {s.size(c)};
-    if (s.kernel != nullptr) shape = {s.size(c) / s.kernel(c), 1, s.kernel(c)};
+    if (s.kernel != nullptr) {  // HF keeps Conv1d's [channels, 1, kernel]; llama.cpp squeezes it
+      const int64_t k = s.kernel(c), channels = s.size(c) / k;
+      shape =
+          names.gguf() ? std::vector<int64_t>{channels, k} : std::vector<int64_t>{channels, 1, k};
+    }
     DQ_ASSIGN_OR_RETURN(block.*s.values, binder.Values(name, shape));
   }
   for (const LinearSlot<B>& s : linears) {

@@ -34,6 +34,11 @@ struct Architecture {
   // Reads what only this architecture has from GGUF metadata (after the generic `<arch>.*`
   // keys and `configure`); null: nothing beyond them.
   absl::Status (*configure_gguf)(const GgufFile& gguf, ModelConfig& c) = nullptr;
+  // llama.cpp's general.architecture (and its metadata keys' prefix) when it is not `name`
+  // ("qwen35"); empty: `name`.
+  std::string_view gguf_name;
+  // llama.cpp stores the MLP's input norm as "post_attention_norm" (qwen35), not "ffn_norm".
+  bool gguf_ffn_norm_post_attention = false;
 };
 
 // Every architecture this build runs.

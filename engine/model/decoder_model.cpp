@@ -268,13 +268,14 @@ namespace {
 float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
 // One item's q, k (L2-normalized, each key head repeated for its value heads, as HF's
-// repeat_interleave), v, log decay g and beta from its conv outputs and b/a projections.
+// repeat_interleave, or tiled as llama.cpp orders them), v, log decay g and beta from its conv
+// outputs and b/a projections.
 struct DeltaInputs {
   std::vector<float> q, k, v, g, beta;
 };
 
-DeltaInputs GatherDeltaInputs(const GatedDeltaBlock& w, int64_t n, float* conv_out, const float* b,
-                              const float* a) {
+DeltaInputs GatherDeltaInputs(const GatedDeltaBlock& w, bool tiled, int64_t n, float* conv_out,
+                              const float* b, const float* a) {
   const int nk = w.key_heads, nv = w.value_heads, dk = w.key_dim, dv = w.value_dim;
   const int qk = nk * dk, channels = w.conv_channels(), rep = nv / nk;
   DeltaInputs in;
@@ -287,7 +288,7 @@ DeltaInputs GatherDeltaInputs(const GatedDeltaBlock& w, int64_t n, float* conv_o
     float* row = conv_out + t * channels;
     cpu::L2NormRows(row, 2 * nk, dk);  // q's heads then k's
     for (int h = 0; h < nv; ++h) {
-      const int kh = h / rep;
+      const int kh = tiled ? h % nk : h / rep;
       std::copy_n(row + kh * dk, dk, in.q.data() + (t * nv + h) * dk);
       std::copy_n(row + qk + kh * dk, dk, in.k.data() + (t * nv + h) * dk);
       const float bt = b[t * nv + h], at = a[t * nv + h];
@@ -320,7 +321,8 @@ void DecoderModel::RunGatedDelta(int layer, const GatedDeltaBlock& w, Scratch& s
     float* delta = slot + w.conv_state_floats();
     cpu::CausalConv1dSilu(channels, w.kernel, it.count, mixed.data() + it.first * channels,
                           w.conv.data(), slot, conv_out.data() + it.first * channels);
-    const DeltaInputs in = GatherDeltaInputs(w, it.count, conv_out.data() + it.first * channels,
+    const DeltaInputs in = GatherDeltaInputs(w, c.gdn_tiled_value_heads, it.count,
+                                             conv_out.data() + it.first * channels,
                                              b.data() + it.first * nv, a.data() + it.first * nv);
     float* out = core.data() + it.first * vd;
     if (it.count > 1) {

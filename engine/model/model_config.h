@@ -49,7 +49,10 @@ struct ModelConfig {
   int gdn_key_dim = 0;              // linear_key_head_dim
   int gdn_value_dim = 0;            // linear_value_head_dim
   int gdn_conv_kernel = 0;          // linear_conv_kernel_dim
-  QuantConfig quant;                // how the checkpoint's linear weights are stored
+  // How the checkpoint orders the value heads: HF groups them by key head (value head h reads
+  // key head h / (value_heads / key_heads)); llama.cpp's qwen35 GGUF tiles them (h % key_heads).
+  bool gdn_tiled_value_heads = false;
+  QuantConfig quant;  // how the checkpoint's linear weights are stored
 
   int q_dim() const { return num_heads * head_dim; }
   // No Gemma 3 or Qwen3.5 facts: what the exporters and the quantizer write (they know only this

@@ -1,8 +1,10 @@
 #include "engine/model/qwen3_5.h"
 
+#include <cmath>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "engine/checkpoint/gguf_file.h"
 
 namespace dq {
 namespace {
@@ -80,23 +82,83 @@ absl::Status ConfigureHf(const nlohmann::json& j, ModelConfig& c) {
   return absl::OkStatus();
 }
 
-// HF's Qwen3_5RMSNorm multiplies by (1 + w); a bound norm multiplies by its values.
+// llama.cpp's qwen35 GGUF metadata (its converter's and loader's keys): the GDN's shape in
+// ssm.* (group_count: key heads, time_step_rank: value heads, state_size: a key head's dim,
+// inner_size: all value dims), every full_attention_interval-th layer attention (4 when absent,
+// as its loader), the rotated dims in rope.dimension_count. Text positions make the stored
+// mRoPE sections plain RoPE, so they are not read. Value heads are stored tiled.
+absl::Status ConfigureGguf(const GgufFile& g, ModelConfig& c) {
+  auto get = [&](const std::string& key) -> absl::StatusOr<int64_t> {
+    return g.GetInt("qwen35." + key);
+  };
+  DQ_ASSIGN_OR_RETURN(int64_t kernel, get("ssm.conv_kernel"));
+  DQ_ASSIGN_OR_RETURN(int64_t key_dim, get("ssm.state_size"));
+  DQ_ASSIGN_OR_RETURN(int64_t key_heads, get("ssm.group_count"));
+  DQ_ASSIGN_OR_RETURN(int64_t value_heads, get("ssm.time_step_rank"));
+  DQ_ASSIGN_OR_RETURN(int64_t inner, get("ssm.inner_size"));
+  if (kernel <= 0 || key_dim <= 0 || key_heads <= 0 || value_heads <= 0 || inner <= 0 ||
+      inner % value_heads || value_heads % key_heads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GGUF: qwen35.ssm.* must be positive, inner_size (", inner,
+                     ") a multiple of "
+                     "time_step_rank (",
+                     value_heads, ") and that a multiple of group_count (", key_heads, ")"));
+  }
+  c.gdn_conv_kernel = static_cast<int>(kernel);
+  c.gdn_key_dim = static_cast<int>(key_dim);
+  c.gdn_key_heads = static_cast<int>(key_heads);
+  c.gdn_value_heads = static_cast<int>(value_heads);
+  c.gdn_value_dim = static_cast<int>(inner / value_heads);
+  c.gdn_tiled_value_heads = true;
+  auto interval = get("full_attention_interval");
+  const int64_t every = interval.ok() ? *interval : 4;
+  if (every <= 0) return absl::InvalidArgumentError("GGUF: qwen35.full_attention_interval <= 0");
+  c.linear_layers.assign(c.num_layers, false);
+  for (int i = 0; i < c.num_layers; ++i) c.linear_layers[i] = (i + 1) % every != 0;
+  auto rot = get("rope.dimension_count");
+  c.rotary_dim = rot.ok() ? static_cast<int>(*rot) : c.head_dim;
+  if (auto type = g.GetString("qwen35.rope.scaling.type"); type.ok() && *type != "none") {
+    return absl::UnimplementedError("GGUF: Qwen3.5 rope.scaling.type '" + *type +
+                                    "' is not supported");
+  }
+  c.attn_output_gate = true;
+  return absl::OkStatus();
+}
+
+// HF's Qwen3_5RMSNorm multiplies by (1 + w); a bound norm multiplies by its values (llama.cpp's
+// converter stores 1 + w: nothing to add for GGUF).
 void AddOne(std::vector<float>& norm) {
   for (float& w : norm) w += 1.0f;
 }
 
+// llama.cpp's converter stores -exp(A_log) as ssm_a; the program keeps A_log.
+absl::Status ALogFromGguf(std::vector<float>& a, int layer) {
+  for (float& v : a) {
+    if (!(v < 0.0f)) {
+      return absl::InvalidArgumentError(absl::StrCat("GGUF: blk.", layer, ".ssm_a holds ", v,
+                                                     "; llama.cpp stores -exp(A_log) < 0"));
+    }
+    v = std::log(-v);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ProgramLayer> BindLayer(const WeightBinder& binder, const TensorNames& names,
                                        const ModelConfig& c, int i) {
+  const bool hf = !names.gguf();
   DQ_ASSIGN_OR_RETURN(MlpBlock m, BindMlpBlock(binder, names, c, i));
-  AddOne(m.norm);
+  if (hf) AddOne(m.norm);
   ProgramLayer l;
   if (c.is_linear_layer(i)) {
     DQ_ASSIGN_OR_RETURN(GatedDeltaBlock g, BindGatedDeltaBlock(binder, names, c, i));
-    AddOne(g.norm);  // the input norm; the gated norm multiplies by w
+    if (hf) AddOne(g.norm);  // the input norm; the gated norm multiplies by w
+    if (!hf) DQ_RETURN_IF_ERROR(ALogFromGguf(g.a_log, i));
     l.blocks.emplace_back(std::move(g));
   } else {
     DQ_ASSIGN_OR_RETURN(AttentionBlock a, BindAttentionBlock(binder, names, c, i, true));
-    for (auto* v : {&a.norm, &a.q_norm, &a.k_norm}) AddOne(*v);
+    if (hf) {
+      for (auto* v : {&a.norm, &a.q_norm, &a.k_norm}) AddOne(*v);
+    }
     a.output_gate = true;
     a.rotary_dim = c.rope_dim() < c.head_dim ? c.rope_dim() : 0;
     l.blocks.emplace_back(std::move(a));
@@ -107,13 +169,9 @@ absl::StatusOr<ProgramLayer> BindLayer(const WeightBinder& binder, const TensorN
 
 absl::StatusOr<ModelProgram> Bind(const WeightBinder& binder, const TensorNames& names,
                                   const ModelConfig& c) {
-  if (names.gguf()) {
-    return absl::UnimplementedError(
-        "GGUF files of Qwen3.5 are not read yet; use its HF checkpoint");
-  }
   ModelProgram p;
   DQ_RETURN_IF_ERROR(BindEmbeddingsAndHead(binder, names, c, &p));
-  AddOne(p.final_norm);
+  if (!names.gguf()) AddOne(p.final_norm);
   for (int i = 0; i < c.num_layers; ++i) {
     DQ_ASSIGN_OR_RETURN(ProgramLayer l, BindLayer(binder, names, c, i));
     p.layers.push_back(std::move(l));
@@ -131,7 +189,10 @@ const Architecture& Qwen3_5Architecture() {
                                      .bind = &Bind,
                                      .configure_hf = &ConfigureHf,
                                      .hf_sandwich_norms = false,
-                                     .reads_gguf = false};
+                                     .reads_gguf = true,
+                                     .configure_gguf = &ConfigureGguf,
+                                     .gguf_name = "qwen35",
+                                     .gguf_ffn_norm_post_attention = true};
   return kQwen3_5;
 }
 

@@ -15,9 +15,14 @@ class TensorNames {
   // `sandwich_norms`: HF's Gemma layout, where "post_attention_layernorm" is the attention
   // block's output norm and the MLP's input norm is "pre_feedforward_layernorm" (in Llama's,
   // "post_attention_layernorm" is the MLP's input norm).
+  // `gguf_ffn_norm_post_attention`: llama.cpp's qwen35 layout, where the MLP's input norm is
+  // "post_attention_norm".
   explicit TensorNames(bool gguf, std::string hf_layers = "model.layers.",
-                       bool sandwich_norms = false)
-      : gguf_(gguf), sandwich_norms_(sandwich_norms), hf_layers_(std::move(hf_layers)) {}
+                       bool sandwich_norms = false, bool gguf_ffn_norm_post_attention = false)
+      : gguf_(gguf),
+        sandwich_norms_(sandwich_norms),
+        gguf_ffn_norm_post_attention_(gguf_ffn_norm_post_attention),
+        hf_layers_(std::move(hf_layers)) {}
   bool gguf() const { return gguf_; }
   std::string Embedding() const {
     return gguf_ ? "token_embd.weight" : "model.embed_tokens.weight";
@@ -31,11 +36,17 @@ class TensorNames {
  private:
   bool gguf_;
   bool sandwich_norms_;
+  bool gguf_ffn_norm_post_attention_;
   std::string hf_layers_;
 };
 
 inline std::string TensorNames::Layer(int layer, const std::string& role) const {
-  if (gguf_) return absl::StrCat("blk.", layer, ".", role, ".weight");
+  if (gguf_) {
+    if (gguf_ffn_norm_post_attention_ && role == "ffn_norm") {
+      return absl::StrCat("blk.", layer, ".post_attention_norm.weight");
+    }
+    return absl::StrCat("blk.", layer, ".", role, ".weight");
+  }
   static const std::pair<const char*, const char*> kSandwich[] = {
       {"ffn_norm", "pre_feedforward_layernorm"},
       {"post_attention_norm", "post_attention_layernorm"},
@@ -72,7 +83,11 @@ inline std::string TensorNames::Layer(int layer, const std::string& role) const 
 }
 
 inline std::string TensorNames::LayerBare(int layer, const std::string& role) const {
-  if (gguf_) return absl::StrCat("blk.", layer, ".", role, ".weight");
+  if (gguf_) {  // llama.cpp's names of a GDN's dt_bias (a bias) and A_log (no suffix)
+    if (role == "ssm_dt") return absl::StrCat("blk.", layer, ".ssm_dt.bias");
+    if (role == "ssm_a") return absl::StrCat("blk.", layer, ".ssm_a");
+    return absl::StrCat("blk.", layer, ".", role, ".weight");
+  }
   static const std::pair<const char*, const char*> kHf[] = {
       {"ssm_dt", "linear_attn.dt_bias"},
       {"ssm_a", "linear_attn.A_log"},

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Qwen3.5 from GGUF: the tiny Qwen3.5 written as llama.cpp's converter lays out a `qwen35` GGUF
+# file (tests/fixtures/hf_to_gguf.py with gguf-py's own tensor names: ssm_a = -exp(A_log),
+# ssm_dt.bias, the conv squeezed to [channels, kernel], 1 + w norms, the value heads of its 2 key
+# / 4 value head GDN reordered to llama.cpp's tiled order, ssm.* metadata) and read by dqserve's
+# GGUF loader gives the safetensors checkpoint's logits (whose numerics model_golden_test holds
+# against transformers) to within float rounding (ssm_a goes back through log), the same
+# 24-token greedy continuation (chunked prefill, then recurrent decode steps), the same token
+# ids and the same `dqserve generate` text. Refusals: an ssm_a that is not negative, a missing
+# ssm.* key.
+source "$(dirname "$0")/lib.sh"
+QWEN35=$(dirname "$BIN")/tiny-qwen3_5
+py=$("$SRC/scripts/test-venv.sh" "$(dirname "$BIN")/venv-e2e") || { fail "test venv"; finish; }
+GGUF=$TMP/tiny-qwen3_5.gguf
+if "$py" "$SRC/tests/fixtures/hf_to_gguf.py" "$QWEN35" "$GGUF" 2>"$TMP/conv.err"; then
+  pass "gguf-py wrote $(du -k "$GGUF" | cut -f1) KiB"
+else
+  fail "hf_to_gguf.py: $(tail -3 "$TMP/conv.err")"; finish
+fi
+
+# 20 prompt ids, 24 greedy steps, the top 50 logits of the prompt's last position.
+ids=$(python3 -c 'print([(i * 7919 + 13) % 5000 + 100 for i in range(20)])')
+for m in "$QWEN35" "$GGUF"; do
+  "$BIN/dq-tool" logits --model "$m" --ids "$ids" --greedy 24 --top 50 --threads 1 \
+    >"$TMP/logits-$(basename "$m").json" 2>"$TMP/logits.err" || fail "logits $m: $(cat "$TMP/logits.err")"
+done
+if python3 - "$TMP/logits-tiny-qwen3_5.json" "$TMP/logits-tiny-qwen3_5.gguf.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert len(a["top"]) == 50 and len(b["top"]) == 50 and len(a["greedy"]) == 24, a
+ta, tb = dict(a["top"]), dict(b["top"])
+scale = max(abs(v) for v in ta.values())
+common = set(ta) & set(tb)
+assert len(common) >= 48, (len(common), a["top"][:3], b["top"][:3])
+worst = max(abs(ta[i] - tb[i]) for i in common)
+assert worst <= 1e-5 * scale, (worst, scale)
+assert [i for i, _ in a["top"][:10]] == [i for i, _ in b["top"][:10]], (a["top"][:10], b["top"][:10])
+assert a["greedy"] == b["greedy"], (a["greedy"], b["greedy"])
+print(f"max |dlogit| {worst:.2e} of max |logit| {scale:.3f}; greedy {a['greedy'][:8]} ...")
+PY
+then pass "GGUF logits (top 50) within 1e-5 x max|logit| and 24 greedy tokens equal the safetensors checkpoint's"
+else fail "GGUF logits differ from the safetensors path"; fi
+
+text="The quick brown fox, 12345 <|im_start|> héllo wörld!"
+a=$("$BIN/dq-tool" tokenize --model "$QWEN35" --text "$text" 2>&1)
+b=$("$BIN/dq-tool" tokenize --model "$GGUF" --text "$text" 2>&1)
+[ -n "$a" ] && [ "$a" = "$b" ] && pass "GGUF tokenizer gives the same ids: $a" \
+  || fail "tokenize: safetensors $a, GGUF $b"
+
+gen() { "$BIN/dqserve" generate --model "$1" --prompt "Tell me about the moon" --max-tokens 16 \
+          --temperature 0 --threads 1 2>"$TMP/gen.err"; }
+ga=$(gen "$QWEN35"); gb=$(gen "$GGUF")
+[ -n "$ga" ] && [ "$ga" = "$gb" ] && pass "dqserve generate from the GGUF: same text through the chat template" \
+  || fail "generate: safetensors '$ga', GGUF '$gb' ($(tail -2 "$TMP/gen.err"))"
+
+# Refusals, each a copy of the GGUF changed in one place by gguf-py.
+variant() {  # variant NAME PYTHON: PYTHON edits `w` (metadata) or `tensors` (name -> array)
+  "$py" - "$GGUF" "$TMP/$1.gguf" "$2" <<'PY'
+import sys
+import gguf
+src, dst, edit = sys.argv[1:4]
+r = gguf.GGUFReader(src)
+w = gguf.GGUFWriter(dst, arch="qwen35")
+skip = {"GGUF.version", "GGUF.tensor_count", "GGUF.kv_count", "general.architecture"}
+drop = edit[len("drop "):] if edit.startswith("drop ") else None
+for k, f in r.fields.items():
+    if k in skip or k == drop:
+        continue
+    t = f.types[0]
+    if t == gguf.GGUFValueType.ARRAY:
+        sub = f.types[-1]
+        vals = [bytes(f.parts[i]).decode() if sub == gguf.GGUFValueType.STRING
+                else f.parts[i].tolist()[0] for i in f.data]
+        w.add_key_value(k, vals, t, sub_type=sub)
+    elif t == gguf.GGUFValueType.STRING:
+        w.add_key_value(k, bytes(f.parts[f.data[0]]).decode(), t)
+    else:
+        w.add_key_value(k, f.parts[f.data[0]].tolist()[0], t)
+tensors = {t.name: t.data.reshape([int(x) for x in reversed(t.shape)]).copy() for t in r.tensors}
+if drop is None:
+    exec(edit)
+for name, v in tensors.items():
+    w.add_tensor(name, v)
+w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+PY
+}
+ids1='[5,6,7]'
+variant posa 'tensors["blk.1.ssm_a"][0] = 0.5' &&
+  expect_error "an ssm_a that is not -exp(A_log) refused" "blk.1.ssm_a holds 0.5" \
+    "$BIN/dq-tool" logits --model "$TMP/posa.gguf" --ids "$ids1"
+variant nogroups 'drop qwen35.ssm.group_count' &&
+  expect_error "missing ssm.group_count refused" "qwen35.ssm.group_count" \
+    "$BIN/dq-tool" logits --model "$TMP/nogroups.gguf" --ids "$ids1"
+finish
