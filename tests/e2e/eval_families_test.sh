@@ -3,11 +3,10 @@
 # dq-tool fidelity, both families: checkpoints from dq-quantize (f32 copy, int8, int4, fp8 w8a8,
 # nvfp4 w4a4 calibrated, and nvfp4 format disaggregation) against the f32 source: the f32 copy
 # has KL ~0 (< 1e-9) and full agreement, every format a finite positive KL, int4 more than int8.
-# dq-eval, Gemma 3: the f32 model and its int4 checkpoint, each behind `dqserve up` on the CPU:
-# a run of arith + ruler-niah-single scores every item (real prompt lengths, no errors) and its
-# manifest names the formats; dq-eval fidelity of int4 against f32 reports KL > 0 and < 100 %
-# agreement. (Qwen3.5 is served only once its recurrent state crosses PD; the workers refuse it
-# until then, which serve_qwen3_5_test checks.)
+# dq-eval, both families: the f32 model and its int4 checkpoint, each behind `dqserve up` on the
+# CPU (Qwen3.5's recurrent state crossing PD in its state slots): a run of arith +
+# ruler-niah-single scores every item (real prompt lengths, no errors) and its manifest names
+# the formats; dq-eval fidelity of int4 against f32 reports KL > 0 and < 100 % agreement.
 source "$(dirname "$0")/lib.sh"
 source "$SRC/eval/lib.sh"
 EVAL=$SRC/eval/dq-eval
@@ -47,7 +46,7 @@ PY
   else fail "$fam: dq-tool fidelity: $(tail -3 "$TMP/fid.err")"; fi
 done
 
-# --- dq-eval on Gemma 3 behind dqserve up -------------------------------------------------
+# --- dq-eval on both families behind dqserve up -------------------------------------------------
 PIDS=()
 start_up() {  # start_up NAME MODEL: dqserve up on a free port; prints the port
   local port; port=$(free_port)
@@ -73,16 +72,17 @@ TOML
 stop_all() { for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null && wait "$p"; done; PIDS=(); }
 trap 'stop_all; rm -rf "$TMP"' EXIT
 
-GEMMA3=$(dirname "$BIN")/tiny-gemma3
-[ -d "$TMP/gemma3-int4" ] || fail "no int4 Gemma 3 checkpoint (quantize failed above)"
-if ref_port=$(start_up ref "$GEMMA3") && int4_port=$(start_up int4 "$TMP/gemma3-int4"); then
-  pass "dqserve up serves the f32 and int4 Gemma 3"
-  for d in "ref $ref_port f32" "int4 $int4_port int4"; do
-    set -- $d
-    "$EVAL" run --endpoint "http://127.0.0.1:$2" --tasks arith,ruler-niah-single --limit 2 \
-      --length 256 --max-tokens 48 --concurrency 2 --out "$TMP/eval-$1" --label "gemma3-$1" \
-      -q >"$TMP/eval.out" 2>"$TMP/eval.err"; rc=$?
-    if [ "$rc" -eq 0 ] && python3 - "$TMP/eval-$1" "$3" <<'PY'
+for fam in gemma3 qwen3_5; do
+  src=$(dirname "$BIN")/tiny-$fam
+  [ -d "$TMP/$fam-int4" ] || { fail "no int4 $fam checkpoint (quantize failed above)"; continue; }
+  if ref_port=$(start_up "$fam-ref" "$src") && int4_port=$(start_up "$fam-int4" "$TMP/$fam-int4"); then
+    pass "dqserve up serves the f32 and int4 $fam"
+    for d in "ref $ref_port f32" "int4 $int4_port int4"; do
+      set -- $d
+      "$EVAL" run --endpoint "http://127.0.0.1:$2" --tasks arith,ruler-niah-single --limit 2 \
+        --length 256 --max-tokens 48 --concurrency 2 --out "$TMP/eval-$fam-$1" --label "$fam-$1" \
+        -q >"$TMP/eval.out" 2>"$TMP/eval.err"; rc=$?
+      if [ "$rc" -eq 0 ] && python3 - "$TMP/eval-$fam-$1" "$3" <<'PY'
 import json, os, sys
 out, fmt = sys.argv[1], sys.argv[2]
 man = json.load(open(os.path.join(out, "manifest.json")))
@@ -94,23 +94,36 @@ for r in items:
 assert max(r["prompt_tokens"] for r in items if r["task"].startswith("ruler")) > 150, items
 assert os.path.getsize(os.path.join(out, "report.md")) > 0
 PY
-    then pass "dq-eval run on Gemma 3 $1 ($3): 4 items scored, report written"
-    else fail "dq-eval run on Gemma 3 $1: rc=$rc $(tail -3 "$TMP/eval.err")"; fi
-  done
-  "$EVAL" fidelity --endpoint "http://127.0.0.1:$int4_port" \
-    --reference "http://127.0.0.1:$ref_port" --out "$TMP/fid-eval" --windows 3 \
-    >"$TMP/fe.out" 2>"$TMP/fe.err"; rc=$?
-  if [ "$rc" -eq 0 ] && python3 - "$TMP/fid-eval" <<'PY'
+      then pass "dq-eval run on $fam $1 ($3): 4 items scored, report written"
+      else fail "dq-eval run on $fam $1: rc=$rc $(tail -3 "$TMP/eval.err")"; fi
+    done
+    "$EVAL" fidelity --endpoint "http://127.0.0.1:$int4_port" \
+      --reference "http://127.0.0.1:$ref_port" --out "$TMP/fid-eval-$fam" --windows 3 \
+      >"$TMP/fe.out" 2>"$TMP/fe.err"; rc=$?
+    if [ "$rc" -eq 0 ] && python3 - "$TMP/fid-eval-$fam" <<'PY'
 import json, math, sys
 s = json.load(open(sys.argv[1] + "/fidelity.json"))["summary"]
 assert s["windows"] == 3 and s["positions"] > 0, s
 assert math.isfinite(s["kl"]) and s["kl"] > 0 and s["top1"] < 1.0, s
 print(f"KL {s['kl']:.4f}, top-1 {100 * s['top1']:.1f} %, {s['positions']} positions")
 PY
-  then pass "dq-eval fidelity of int4 against f32 Gemma 3"
-  else fail "dq-eval fidelity: rc=$rc $(tail -3 "$TMP/fe.err")"; fi
-else
-  fail "dqserve up with Gemma 3"
-fi
+    then pass "dq-eval fidelity of int4 against f32 $fam"
+    else fail "dq-eval fidelity ($fam): rc=$rc $(tail -3 "$TMP/fe.err")"; fi
+    # The reference against itself: the same served logits, so KL 0 and full agreement.
+    "$EVAL" fidelity --endpoint "http://127.0.0.1:$ref_port" \
+      --reference "http://127.0.0.1:$ref_port" --out "$TMP/fid-self-$fam" --windows 2 \
+      >"$TMP/fe.out" 2>"$TMP/fe.err"; rc=$?
+    if [ "$rc" -eq 0 ] && python3 - "$TMP/fid-self-$fam" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1] + "/fidelity.json"))["summary"]
+assert s["windows"] == 2 and s["positions"] > 0 and s["kl"] < 1e-6 and s["top1"] == 1.0, s
+PY
+    then pass "dq-eval fidelity of the f32 $fam against itself: KL ~0, full agreement"
+    else fail "dq-eval self-fidelity ($fam): rc=$rc $(tail -3 "$TMP/fe.err")"; fi
+  else
+    fail "dqserve up with $fam"
+  fi
+  stop_all
+done
 stop_all
 finish
