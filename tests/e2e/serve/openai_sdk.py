@@ -3,7 +3,8 @@ tiny Qwen3 with the tool tokens of tools.py, behind an API key: chat and complet
 and not, every parameter the API documents (temperature, top_p, seed, stop, max_tokens,
 logprobs / top_logprobs, echo, logit_bias, min_tokens through extra_body), structured output
 (json_object, json_schema answers validated by Python's jsonschema, the SDK's own pydantic
-parse), a tool call round trip, the SDK's error classes with our bodies, and /v1/models. Every
+parse), n > 1 and lists of prompts (streamed and not, lm-eval's batch of token-id
+prompts), a tool call round trip, the SDK's error classes with our bodies, and /v1/models. Every
 check is on what the SDK parsed, so a shape it cannot read fails here."""
 import json
 import os
@@ -130,6 +131,92 @@ def check_streaming(client, name):
           f"completions streamed = not streamed: {text!r} {reasons} {usage}")
 
 
+PROMPTS = ["Paris is", "The river", "Once upon a time", "Q: 2+2=?\nA:"]
+
+
+def by_index(choices):
+    return [c for c in sorted(choices, key=lambda c: c.index)]
+
+
+def max_diff(got, want):
+    return max((abs(a - b) for g, w in zip(got, want) for a, b in zip(g[1:], w[1:])), default=0)
+
+
+def check_choices(client, name, port):
+    """n > 1 and lists of prompts (router/choice_fanout.h): choice j of a prompt is the n = 1
+    request seeded seed + j; choice i * n + j is prompt i's choice j; usage counts each prompt
+    once and every choice's tokens."""
+    many = chat(client, name, temperature=1, seed=5, max_tokens=8, n=3)
+    ones = [chat(client, name, temperature=1, seed=5 + j, max_tokens=8) for j in range(3)]
+    got = [c.message.content for c in by_index(many.choices)]
+    want = [o.choices[0].message.content for o in ones]
+    check([c.index for c in many.choices] == [0, 1, 2] and got == want,
+          f"chat n=3 seed 5: choice j == the n=1 request with seed 5+j: {got} vs {want}")
+    check(many.usage.prompt_tokens == ones[0].usage.prompt_tokens
+          and many.usage.completion_tokens == sum(o.usage.completion_tokens for o in ones),
+          f"chat n=3 usage: prompt once, completions summed: {many.usage}")
+    greedy = chat(client, name, temperature=0, max_tokens=8, n=3)
+    texts = {c.message.content for c in greedy.choices}
+    check(len(greedy.choices) == 3 and len(texts) == 1, f"n=3 greedy: 3 equal choices: {texts}")
+    events = list(chat(client, name, temperature=1, seed=5, max_tokens=8, n=3, stream=True,
+                       stream_options={"include_usage": True}))
+    streamed, reasons, usage = ["", "", ""], [None] * 3, None
+    for e in events:
+        usage = e.usage or usage
+        for c in e.choices:
+            streamed[c.index] += c.delta.content or ""
+            reasons[c.index] = c.finish_reason or reasons[c.index]
+    check(streamed == want and None not in reasons and usage is not None
+          and usage.completion_tokens == many.usage.completion_tokens,
+          f"chat n=3 streamed == not streamed: {streamed} {reasons} {usage}")
+
+    # Four prompts (text), n = 1 and n = 2: each choice is its prompt's own request.
+    singles = [complete(client, name, prompt=p, temperature=1, seed=3, max_tokens=6)
+               for p in PROMPTS]
+    batch = complete(client, name, prompt=PROMPTS, temperature=1, seed=3, max_tokens=6)
+    check([c.text for c in by_index(batch.choices)] == [s.choices[0].text for s in singles]
+          and batch.usage.prompt_tokens == sum(s.usage.prompt_tokens for s in singles)
+          and batch.usage.completion_tokens == sum(s.usage.completion_tokens for s in singles),
+          f"4 prompts: choice i == prompt i alone, usage summed: {batch.usage}")
+    seed4 = [complete(client, name, prompt=p, temperature=1, seed=4, max_tokens=6)
+             for p in PROMPTS]
+    both = complete(client, name, prompt=PROMPTS, temperature=1, seed=3, max_tokens=6, n=2)
+    want2 = [x.choices[0].text for pair in zip(singles, seed4) for x in pair]
+    check([c.text for c in by_index(both.choices)] == want2
+          and both.usage.prompt_tokens == batch.usage.prompt_tokens,
+          f"4 prompts x n=2: choice 2i+j == prompt i seeded 3+j; prompts counted once")
+    events = list(complete(client, name, prompt=PROMPTS, temperature=1, seed=3, max_tokens=6,
+                           n=2, stream=True, stream_options={"include_usage": True}))
+    streamed, usage = [""] * 8, None
+    for e in events:
+        usage = e.usage or usage
+        for c in e.choices:
+            streamed[c.index] += c.text
+    check(streamed == want2 and usage is not None
+          and usage.total_tokens == both.usage.total_tokens,
+          f"4 prompts x n=2 streamed == not streamed: {usage}")
+
+    # lm-eval's loglikelihood batch: token-id prompts, echo, logprobs 1, max_tokens 1, greedy.
+    ids = [serve_lib.post_json(port, "/tokenize", {"model": name, "prompt": p},
+                               headers={"Authorization": f"Bearer {KEY}"})[1]["tokens"]
+           for p in PROMPTS]
+    lm = dict(temperature=0, max_tokens=1, logprobs=1, echo=True, seed=1234)
+    batch = complete(client, name, prompt=ids, **lm)
+    singles = [complete(client, name, prompt=x, **lm) for x in ids]
+    got = [c.logprobs.token_logprobs for c in by_index(batch.choices)]
+    want = [s.choices[0].logprobs.token_logprobs for s in singles]
+    # Equal up to float32 rounding: the prefill worker may batch the 4 prompts, which sums in
+    # another order than one prompt alone (seen: 1e-6 apart).
+    close = all(len(g) == len(w) and g[0] is None and w[0] is None
+                and all(abs(a - b) <= 1e-4 for a, b in zip(g[1:], w[1:]))
+                for g, w in zip(got, want))
+    check(len(got) == 4 and close
+          and [c.text for c in by_index(batch.choices)] == [x.choices[0].text for x in singles]
+          and all(len(g) == len(x) + 1 for g, x in zip(got, ids))
+          and batch.usage.prompt_tokens == sum(len(x) for x in ids),
+          f"lm-eval batch of 4 token-id prompts: each choice's echoed logprobs == alone "
+          f"(within 1e-4): {got if not close else 'max diff %.2g' % max_diff(got, want)}")
+
 class City(pydantic.BaseModel):
     name: str = pydantic.Field(max_length=8)  # bounded, so the random model's answer ends
     population: int
@@ -240,6 +327,15 @@ def check_errors(client, name, base_url):
     bad = openai.OpenAI(base_url=base_url, api_key="wrong", max_retries=0)
     expect_error(openai.AuthenticationError, 401, lambda: chat(bad, name, max_tokens=2),
                  "a wrong API key")
+    expect_error(openai.BadRequestError, 400, lambda: chat(client, name, n=129),
+                 "n above the cap", param="n")
+    expect_error(openai.BadRequestError, 400, lambda: chat(client, name, n=0), "n 0", param="n")
+    expect_error(openai.BadRequestError, 400,
+                 lambda: complete(client, name, prompt=["x"] * 65, n=2),
+                 "65 prompts x n=2 (130 choices)", param="prompt")
+    expect_error(openai.BadRequestError, 400,
+                 lambda: complete(client, name, prompt=["x", ""]), "an empty second prompt",
+                 param="prompt[1]")
     r = chat(client, name, max_tokens=2)
     check(r.choices[0].message.role == "assistant", "still serving after the errors")
 
@@ -269,6 +365,7 @@ def main():
         check_bias_min_tokens(client, name)
         check_logprobs(client, name)
         check_streaming(client, name)
+        check_choices(client, name, up.port)
         check_structured(client, name, seed)
         check_tools(client, name, ids)
         check_errors(client, name, base_url)
