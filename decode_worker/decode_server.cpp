@@ -89,6 +89,7 @@ absl::Status DecodeServer::Init(const DecodeServerOptions& o) {
   int bound_port = 0;
   builder.AddListeningPort(absl::StrCat(o.host, ":", o.port), credentials, &bound_port);
   builder.RegisterService(service_.get());
+  AddStandardGrpcServices(builder);  // grpc.health.v1 + reflection
   server_ = builder.BuildAndStart();
   if (!server_ || bound_port == 0) {
     DQ_RETURN_IF_ERROR(ProbeListen(o.host, o.port));
@@ -96,6 +97,8 @@ absl::Status DecodeServer::Init(const DecodeServerOptions& o) {
                                                " (with TLS: is the key the certificate's?)"));
   }
   address_ = absl::StrCat(o.host, ":", bound_port);
+  health_ = std::make_unique<GrpcHealthPublisher>(
+      *server_, std::vector<std::string>{dqserve::v1::DecodeWorker::service_full_name()}, nullptr);
   identity_ = worker::WorkerIdentityOf(model_, {"decode", address_, {o.transport}});
   identity_.set_prefix_cache(o.prefix_cache);
   // The identity names the bound port, known only now; no call reads it before Start returns
@@ -304,6 +307,7 @@ void DecodeServer::Shutdown(std::chrono::milliseconds grace) {
     stopping_ = true;
   }
   reap_cv_.notify_all();
+  if (health_) health_->Shutdown();  // NOT_SERVING while draining
   if (reaper_.joinable()) reaper_.join();
   // gRPC cancels the calls still running at the deadline; their handlers then abort their
   // sequences, so no stream outlives this.

@@ -18,6 +18,7 @@
 #include "decode_worker/kv_lease_table.h"
 #include "decode_worker/lease_regions.h"
 #include "kvtransfer/transport.h"
+#include "proto/grpc_standard_services.h"
 #include "worker_common/drafter_weights.h"
 #include "worker_common/phase_model.h"
 
@@ -107,6 +108,8 @@ class DecodeServer {
   std::unique_ptr<DecodeBatcher> batcher_;
   std::unique_ptr<DecodeService> service_;
   std::unique_ptr<grpc::Server> server_;
+  // grpc.health.v1: SERVING until Shutdown (after server_: destroyed before it).
+  std::unique_ptr<GrpcHealthPublisher> health_;
   std::string address_;
   dqserve::v1::WorkerIdentity identity_;
 

@@ -131,6 +131,7 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Start(
                             options.io_timeout_ms, s->drafter_.get(), options.worker_key};
   auto service = std::make_unique<PrefillService>(*s->model_, *s->batcher_, *s->senders_, svc);
   builder.RegisterService(service.get());
+  AddStandardGrpcServices(builder);  // grpc.health.v1 + reflection
   s->server_ = builder.BuildAndStart();
   if (!s->server_ || bound == 0) {
     DQ_RETURN_IF_ERROR(ProbeListen(options.host, options.port));
@@ -138,6 +139,9 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Start(
                                                " (with TLS: is the key the certificate's?)"));
   }
   s->port_ = bound;
+  s->health_ = std::make_unique<GrpcHealthPublisher>(
+      *s->server_, std::vector<std::string>{dqserve::v1::PrefillWorker::service_full_name()},
+      nullptr);
   service->set_address(s->address());
   s->service_ = std::move(service);
   return s;
@@ -148,6 +152,7 @@ PrefillServer::~PrefillServer() { Shutdown(); }
 void PrefillServer::Shutdown(int grace_ms) {
   if (shut_down_) return;
   shut_down_ = true;
+  if (health_) health_->Shutdown();  // NOT_SERVING while draining
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(grace_ms));
   }

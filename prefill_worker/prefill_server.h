@@ -15,6 +15,7 @@
 #include "prefill_worker/kv_stager.h"
 #include "prefill_worker/prefill_batcher.h"
 #include "prefill_worker/prefill_service.h"
+#include "proto/grpc_standard_services.h"
 #include "worker_common/phase_model.h"
 
 namespace dq::prefill {
@@ -75,6 +76,8 @@ class PrefillServer {
   std::unique_ptr<PrefillBatcher> batcher_;
   std::unique_ptr<PrefillService> service_;
   std::unique_ptr<grpc::Server> server_;
+  // grpc.health.v1: SERVING until Shutdown (after server_: destroyed before it).
+  std::unique_ptr<GrpcHealthPublisher> health_;
 };
 
 }  // namespace dq::prefill

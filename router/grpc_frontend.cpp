@@ -99,6 +99,7 @@ bool GrpcFrontend::Start() {
   builder.AddListeningPort(absl::StrCat(options_.host, ":", options_.port),
                            grpc::InsecureServerCredentials(), &bound_port_);
   builder.RegisterService(this);
+  AddStandardGrpcServices(builder);
   server_ = builder.BuildAndStart();
   if (!server_ || bound_port_ == 0) {
     const absl::Status why = ProbeListen(options_.host, options_.port);
@@ -108,12 +109,16 @@ bool GrpcFrontend::Start() {
     server_.reset();
     return false;
   }
+  health_ = std::make_unique<GrpcHealthPublisher>(
+      *server_, std::vector<std::string>{dqserve::v1::DqServe::service_full_name()},
+      [this] { return registry_.Ready(); });
   spdlog::info("dq-router: gRPC DqServe on {}:{}", options_.host, bound_port_);
   return true;
 }
 
 void GrpcFrontend::Shutdown() {
   if (!server_) return;
+  health_->Shutdown();  // NOT_SERVING first: Watch callers see the stop
   // Running calls get a second to see their requests aborted, then are cancelled.
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server_.reset();

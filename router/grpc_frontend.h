@@ -1,5 +1,7 @@
 // The public gRPC API (dqserve.v1.DqServe) over the same pipeline as the HTTP front end:
-// Generate (prompt | chat | token ids, streamed), Abort (by request id), Models, Health.
+// Generate (prompt | chat | token ids, streamed), Abort (by request id), Models, Health; beside
+// it grpc.health.v1.Health (SERVING while both roles have a live worker, as GET /health) and
+// server reflection (proto/grpc_standard_services.h).
 // Requests are validated by the OpenAI parser (see generation_input.h), so both front ends
 // accept the same things; errors before streaming are gRPC statuses, errors after it a final
 // response with FINISH_REASON_ERROR (or ABORT for a deadline) and `error` set.
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "dqserve/v1/generate.grpc.pb.h"
+#include "proto/grpc_standard_services.h"
 #include "router/openai_request.h"
 #include "router/request_pipeline.h"
 #include "router/scheduler.h"
@@ -55,6 +58,7 @@ class GrpcFrontend final : public dqserve::v1::DqServe::Service {
   WorkerRegistry& registry_;
   ParseOptions parse_options_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<GrpcHealthPublisher> health_;  // after server_: destroyed before it
   int bound_port_ = 0;
 };
 
