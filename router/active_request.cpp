@@ -162,7 +162,10 @@ GenerationResult ActiveRequest::Finalize(GenerationResult result, const StreamSt
     if (out.tokens() > 1) {
       result.tpot_seconds = Seconds(st.last_token_at - *st.first_token_at) / (out.tokens() - 1);
       m.time_per_output_token.Observe(result.tpot_seconds);
+      m.ObservePhase("decode", decode_->identity().checkpoint().scheme(),
+                     Seconds(st.last_token_at - *st.first_token_at), out.tokens() - 1);
     }
+    m.e2e_request_latency.Observe(Seconds(SchedulerClock::now() - created_at_));
   }
   m.Count(result.outcome);
   return result;

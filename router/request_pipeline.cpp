@@ -137,6 +137,8 @@ StartResult RequestPipeline::Start(GenerationInput input) {
   if (auto e = Reserve(*r, *prefill)) return StartResult{nullptr, *e, ""};
   const auto t1 = SchedulerClock::now();
   if (auto e = Prefill(*r, *prefill)) return StartResult{nullptr, *e, ""};
+  metrics_.ObservePhase("prefill", prefill->identity().checkpoint().scheme(),
+                        Seconds(SchedulerClock::now() - t1), r->input_.prompt_ids.size());
   // Where a request's time to first token goes, for tuning a deployment (--log-level debug).
   spdlog::debug("request {}: admitted to Reserve {:.1f} ms, Reserve {:.1f} ms, Prefill {:.1f} ms",
                 r->id(), 1e3 * Seconds(t0 - r->admitted_at_), 1e3 * Seconds(t1 - t0),

@@ -114,6 +114,7 @@ class ActiveRequest {
   std::optional<Ticket> ticket_;  // admitted: held until the request ends
   bool admitted_ = false;
   SchedulerClock::time_point deadline_;
+  SchedulerClock::time_point created_at_ = SchedulerClock::now();  // dq_e2e_request_latency
   SchedulerClock::time_point admitted_at_;
   std::optional<WorkerHandle> decode_;
   dqserve::v1::SamplingParams sampling_;

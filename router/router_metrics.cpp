@@ -4,6 +4,7 @@
 #include <charconv>
 
 #include "absl/strings/str_cat.h"
+#include "common/process_metrics.h"
 
 namespace dq::router {
 namespace {
@@ -13,6 +14,13 @@ const std::vector<double> kTtftBuckets = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
                                           2.5,  5,     10,   30,  60,   120};
 const std::vector<double> kTpotBuckets = {0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05,
                                           0.075, 0.1,    0.15,  0.25, 0.5,  1.0};
+// A phase or a whole request: from a short prefill to a long answer.
+const std::vector<double> kLatencyBuckets = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+                                             2.5,   5,    10,    30,   60,  120,  300, 600};
+// Per token: a prefill's share per prompt token is far below a decode step.
+const std::vector<double> kPerTokenBuckets = {0.00001, 0.000025, 0.00005, 0.0001, 0.00025,
+                                              0.0005,  0.001,    0.0025,  0.005,  0.01,
+                                              0.025,   0.05,     0.1,     0.25,   1.0};
 
 // Shortest text that reads back as the same double: counters stay exact ("6635520", not
 // "6.63552e+06") and bucket bounds stay short ("0.025").
@@ -33,16 +41,36 @@ void Scalar(std::string& out, std::string_view name, std::string_view type, std:
   absl::StrAppend(&out, std::string(name), " ", Num(value), "\n");
 }
 
+// One histogram's sample lines; `labels` ("a=\"x\",b=\"y\"" or "") go before le.
+void HistogramSeries(std::string& out, const std::string& n, const std::string& labels,
+                     const Histogram::Snapshot& h) {
+  const std::string le_prefix = labels.empty() ? "{le=\"" : absl::StrCat("{", labels, ",le=\"");
+  const std::string braced = labels.empty() ? "" : absl::StrCat("{", labels, "}");
+  for (size_t i = 0; i < h.upper_bounds.size(); ++i) {
+    absl::StrAppend(&out, n, "_bucket", le_prefix, Num(h.upper_bounds[i]), "\"} ",
+                    h.cumulative_counts[i], "\n");
+  }
+  absl::StrAppend(&out, n, "_bucket", le_prefix, "+Inf\"} ", h.count, "\n", n, "_sum", braced, " ",
+                  Num(h.sum), "\n", n, "_count", braced, " ", h.count, "\n");
+}
+
 void HistogramText(std::string& out, std::string_view name, std::string_view help,
                    const Histogram::Snapshot& h) {
   Header(out, name, "histogram", help);
-  const std::string n(name);
-  for (size_t i = 0; i < h.upper_bounds.size(); ++i) {
-    absl::StrAppend(&out, n, "_bucket{le=\"", Num(h.upper_bounds[i]), "\"} ",
-                    h.cumulative_counts[i], "\n");
+  HistogramSeries(out, std::string(name), "", h);
+}
+
+void LabeledHistogramText(std::string& out, std::string_view name, std::string_view help,
+                          const LabeledHistograms& h) {
+  Header(out, name, "histogram", help);
+  for (const LabeledHistograms::Series& s : h.snapshot()) {
+    std::string labels;
+    for (size_t i = 0; i < s.label_values.size(); ++i) {
+      absl::StrAppend(&labels, i ? "," : "", h.label_names()[i], "=\"",
+                      EscapeLabelValue(s.label_values[i]), "\"");
+    }
+    HistogramSeries(out, std::string(name), labels, s.snapshot);
   }
-  absl::StrAppend(&out, n, "_bucket{le=\"+Inf\"} ", h.count, "\n", n, "_sum ", Num(h.sum), "\n", n,
-                  "_count ", h.count, "\n");
 }
 
 Histogram::Snapshot QueueSnapshot(const QueueTimeHistogram& q) {
@@ -140,8 +168,45 @@ Histogram::Snapshot Histogram::snapshot() const {
   return s_;
 }
 
+LabeledHistograms::LabeledHistograms(std::vector<std::string> label_names,
+                                     std::vector<double> upper_bounds)
+    : names_(std::move(label_names)), bounds_(std::move(upper_bounds)) {}
+
+void LabeledHistograms::Observe(const std::vector<std::string>& label_values, double value) {
+  std::unique_lock lock(mu_);
+  auto it = series_.find(label_values);
+  if (it == series_.end()) {
+    const bool full = series_.size() >= kMaxSeries;
+    const std::vector<std::string> key =
+        full ? std::vector<std::string>(names_.size(), "other") : label_values;
+    it = series_.try_emplace(key, std::make_unique<Histogram>(bounds_)).first;
+  }
+  Histogram* h = it->second.get();  // never erased: safe to use without the lock
+  lock.unlock();
+  h->Observe(value);
+}
+
+std::vector<LabeledHistograms::Series> LabeledHistograms::snapshot() const {
+  std::lock_guard lock(mu_);
+  std::vector<Series> out;
+  for (const auto& [values, h] : series_) out.push_back(Series{values, h->snapshot()});
+  return out;
+}
+
 RouterMetrics::RouterMetrics()
-    : time_to_first_token(kTtftBuckets), time_per_output_token(kTpotBuckets) {}
+    : time_to_first_token(kTtftBuckets),
+      time_per_output_token(kTpotBuckets),
+      phase_seconds({"phase", "scheme"}, kLatencyBuckets),
+      phase_seconds_per_token({"phase", "scheme"}, kPerTokenBuckets),
+      e2e_request_latency(kLatencyBuckets) {}
+
+void RouterMetrics::ObservePhase(std::string_view phase, std::string_view scheme, double seconds,
+                                 size_t tokens) {
+  const std::vector<std::string> labels = {std::string(phase),
+                                           scheme.empty() ? "unknown" : std::string(scheme)};
+  phase_seconds.Observe(labels, seconds);
+  if (tokens > 0) phase_seconds_per_token.Observe(labels, seconds / static_cast<double>(tokens));
+}
 
 std::string EscapeLabelValue(std::string_view v) {
   std::string out;
@@ -171,6 +236,18 @@ std::string RenderMetrics(const RouterMetrics& m, const SchedulerCounters& sched
                 m.time_per_output_token.snapshot());
   HistogramText(out, "dq_queue_time_seconds", "Time admitted requests waited in the queue.",
                 QueueSnapshot(scheduler.queue_time));
+  LabeledHistogramText(out, "dq_request_phase_seconds",
+                       "Time of a request's phase by the serving worker's scheme: prefill (the "
+                       "Prefill call: forward pass and KV transfer), decode (first to last token).",
+                       m.phase_seconds);
+  LabeledHistogramText(out, "dq_request_phase_seconds_per_token",
+                       "A phase's time per token: prefill per prompt token, decode per generated "
+                       "token after the first.",
+                       m.phase_seconds_per_token);
+  HistogramText(out, "dq_e2e_request_latency_seconds",
+                "Time from a request's arrival at the pipeline (before queueing) to its end, for "
+                "requests that reached their first token.",
+                m.e2e_request_latency.snapshot());
   Header(out, "dq_requests_total", "counter", "Requests by how they ended.");
   for (size_t i = 0; i < kNumOutcomes; ++i) {
     absl::StrAppend(&out, "dq_requests_total{outcome=\"",
@@ -216,6 +293,9 @@ std::string RenderMetrics(const RouterMetrics& m, const SchedulerCounters& sched
          scheduler.in_flight);
   Scalar(out, "dq_requests_queued", "gauge", "Requests waiting for admission.", scheduler.queued);
   WorkerGauges(out, workers);
+  if (absl::StatusOr<ProcessMetrics> p = ReadProcessMetrics(); p.ok()) {
+    out += ProcessMetricsText(*p);
+  }
   return out;
 }
 

@@ -12,6 +12,7 @@ import random
 import shutil
 import sys
 import tempfile
+import time
 
 import openai
 import pydantic
@@ -340,6 +341,35 @@ def check_errors(client, name, base_url):
     check(r.choices[0].message.role == "assistant", "still serving after the errors")
 
 
+def check_metrics(up):
+    """/metrics after the requests above: phase histograms labelled by the workers' scheme,
+    the end-to-end histogram, and the router's process metrics against its /proc entries."""
+    m = serve_lib.metrics(up.port, headers={"Authorization": f"Bearer {KEY}"})
+    scheme = "bf16:weight_only"  # the tiny model's checkpoint, served as it is
+    for phase in ("prefill", "decode"):
+        labels = f'{{phase="{phase}",scheme="{scheme}"}}'
+        n = m.get(f"dq_request_phase_seconds_count{labels}", 0)
+        per = m.get(f"dq_request_phase_seconds_per_token_count{labels}", 0)
+        check(n > 0 and per > 0, f"/metrics: dq_request_phase_seconds{labels}: {n:.0f} "
+              f"requests, {per:.0f} per-token samples")
+    e2e = m.get("dq_e2e_request_latency_seconds_count", 0)
+    ttft = m.get("dq_time_to_first_token_seconds_count", 0)
+    check(e2e == ttft > 0, f"/metrics: dq_e2e_request_latency_seconds counts every request that "
+          f"got a first token: {e2e:.0f} (TTFT's count {ttft:.0f})")
+    pid = serve_lib.child_pid(up, "dq-router")
+    with open(f"/proc/{pid}/status") as f:
+        vm_rss = next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmRSS:"))
+    fds = len(os.listdir(f"/proc/{pid}/fd"))
+    rss = m.get("process_resident_memory_bytes", 0)
+    start = m.get("process_start_time_seconds", 0)
+    cpu = m.get("process_cpu_seconds_total", 0)
+    check(abs(rss - vm_rss) < 0.2 * vm_rss and abs(m.get("process_open_fds", 0) - fds) <= 5
+          and 0 < cpu and time.time() - 600 < start <= time.time(),
+          f"/metrics: the router's process_*: rss {rss / 1e6:.1f} MB (/proc {vm_rss / 1e6:.1f}), "
+          f"fds {m.get('process_open_fds', 0):.0f} (/proc {fds}), cpu {cpu:.2f} s, started "
+          f"{time.time() - start:.0f} s ago")
+
+
 def check_models(client):
     models = client.models.list().data
     check(len(models) == 1 and models[0].object == "model", f"/v1/models: one model: {models}")
@@ -369,6 +399,7 @@ def main():
         check_structured(client, name, seed)
         check_tools(client, name, ids)
         check_errors(client, name, base_url)
+        check_metrics(up)
     finally:
         if up is not None:
             check(up.stop() == 0, "dqserve up stopped cleanly")

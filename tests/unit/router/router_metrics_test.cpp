@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -61,6 +62,9 @@ class RenderMetricsTest : public ::testing::Test {
 };
 
 TEST_F(RenderMetricsTest, EverySampleLineIsWellFormedAndEveryFamilyHasHelpAndType) {
+  metrics_.ObservePhase("prefill", "nvfp4:w4a4", 0.2, 100);  // labelled series too
+  metrics_.ObservePhase("decode", "int2-g64:weight_only", 1.0, 50);
+  metrics_.e2e_request_latency.Observe(1.3);
   const std::string text = Render();
   const std::regex sample(
       R"(^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\.)*"(,[a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\.)*")*\})? [-+0-9.eE]+(Inf)?$)");
@@ -109,6 +113,80 @@ TEST_F(RenderMetricsTest, ReportsCountersGaugesHistogramsAndWorkerIdentities) {
           "qwen3 \\\"fp8\\\"\",scheme=\"fp8:w8a8\",format=\"dq\""));
   EXPECT_FALSE(has("dq_worker_info{role=\"decode\""));
   EXPECT_TRUE(has("dq_worker_load{role=\"decode\",address=\"10.0.0.2:7002\"} 3\n"));
+}
+
+TEST(LabeledHistogramsTest, OneSeriesPerLabelSetAndACapOnNewOnes) {
+  LabeledHistograms h({"phase", "scheme"}, {0.1, 1.0});
+  h.Observe({"decode", "int4"}, 0.05);
+  h.Observe({"decode", "int4"}, 0.5);
+  h.Observe({"prefill", "nvfp4:w4a4"}, 2);
+  std::vector<LabeledHistograms::Series> s = h.snapshot();
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].label_values, (std::vector<std::string>{"decode", "int4"}));
+  EXPECT_EQ(s[0].snapshot.cumulative_counts, (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(s[0].snapshot.count, 2u);
+  EXPECT_EQ(s[1].snapshot.cumulative_counts, (std::vector<uint64_t>{0, 0}));
+  EXPECT_DOUBLE_EQ(s[1].snapshot.sum, 2.0);
+  for (size_t i = 0; i < 2 * LabeledHistograms::kMaxSeries; ++i) {
+    h.Observe({"decode", "s" + std::to_string(i)}, 0.01);
+  }
+  s = h.snapshot();
+  ASSERT_EQ(s.size(), LabeledHistograms::kMaxSeries + 1);  // the cap, then one "other" series
+  const auto other = std::find_if(s.begin(), s.end(), [](const auto& x) {
+    return x.label_values == std::vector<std::string>{"other", "other"};
+  });
+  ASSERT_NE(other, s.end());
+  EXPECT_EQ(other->snapshot.count, LabeledHistograms::kMaxSeries + 2);
+}
+
+TEST(RouterMetricsTest, ObservePhaseRecordsTimeAndTimePerToken) {
+  RouterMetrics m;
+  m.ObservePhase("prefill", "fp8:w8a8", 0.5, 1000);
+  m.ObservePhase("decode", "", 2.0, 100);  // no scheme reported: "unknown"
+  m.ObservePhase("decode", "", 1.0, 0);    // no tokens: the time only
+  const auto t = m.phase_seconds.snapshot();
+  const auto per = m.phase_seconds_per_token.snapshot();
+  ASSERT_EQ(t.size(), 2u);
+  ASSERT_EQ(per.size(), 2u);
+  EXPECT_EQ(t[0].label_values, (std::vector<std::string>{"decode", "unknown"}));
+  EXPECT_EQ(t[0].snapshot.count, 2u);
+  EXPECT_DOUBLE_EQ(t[0].snapshot.sum, 3.0);
+  EXPECT_EQ(per[0].snapshot.count, 1u);
+  EXPECT_DOUBLE_EQ(per[0].snapshot.sum, 0.02);
+  EXPECT_EQ(per[1].label_values, (std::vector<std::string>{"prefill", "fp8:w8a8"}));
+  EXPECT_DOUBLE_EQ(per[1].snapshot.sum, 0.0005);
+}
+
+TEST_F(RenderMetricsTest, PhaseHistogramsCarryTheirLabelsAndProcessMetricsArePresent) {
+  metrics_.ObservePhase("decode", "int4-g64:weight_only", 0.04, 2);  // 0.02 per token
+  metrics_.ObservePhase("prefill", "a\"b", 0.75, 3);
+  metrics_.e2e_request_latency.Observe(1.5);
+  const std::string text = Render();
+  auto has = [&](const std::string& s) { return text.find(s) != std::string::npos; };
+  EXPECT_TRUE(has("# TYPE dq_request_phase_seconds histogram\n"));
+  EXPECT_TRUE(
+      has("dq_request_phase_seconds_bucket{phase=\"decode\",scheme=\"int4-g64:weight_only\","
+          "le=\"0.025\"} 0\n"));
+  EXPECT_TRUE(
+      has("dq_request_phase_seconds_bucket{phase=\"decode\",scheme=\"int4-g64:weight_only\","
+          "le=\"0.05\"} 1\n"));
+  EXPECT_TRUE(
+      has("dq_request_phase_seconds_count{phase=\"decode\",scheme=\"int4-g64:weight_only\"} "
+          "1\n"));
+  EXPECT_TRUE(has("dq_request_phase_seconds_sum{phase=\"prefill\",scheme=\"a\\\"b\"} 0.75\n"));
+  EXPECT_TRUE(
+      has("dq_request_phase_seconds_per_token_bucket{phase=\"decode\",scheme=\"int4-g64:"
+          "weight_only\",le=\"0.025\"} 1\n"));
+  EXPECT_TRUE(
+      has("dq_request_phase_seconds_per_token_sum{phase=\"prefill\",scheme=\"a\\\"b\"} "
+          "0.25\n"));
+  EXPECT_TRUE(has("dq_e2e_request_latency_seconds_bucket{le=\"1\"} 0\n"));
+  EXPECT_TRUE(has("dq_e2e_request_latency_seconds_bucket{le=\"2.5\"} 1\n"));
+  EXPECT_TRUE(has("dq_e2e_request_latency_seconds_count 1\n"));
+  for (const char* name : {"process_cpu_seconds_total", "process_resident_memory_bytes",
+                           "process_open_fds", "process_start_time_seconds"}) {
+    EXPECT_TRUE(has(std::string("\n") + name + " ")) << name;
+  }
 }
 
 }  // namespace
