@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/checkpoint/gguf_file.h"
+#include "engine/model/hf_from_gguf.h"
 
 namespace dq {
 namespace {
@@ -147,7 +148,41 @@ absl::StatusOr<ModelProgram> Bind(const WeightBinder& binder, const TensorNames&
   return p;
 }
 
+// config.json fields that ConfigureHf reads back.
+void WriteHfConfig(const ModelConfig& c, nlohmann::json& j) {
+  j["model_type"] = "gemma3_text";
+  j["hidden_act"] = "gelu_pytorch_tanh";
+  j["hidden_activation"] = "gelu_pytorch_tanh";
+  j["sliding_window"] = c.sliding_window;
+  nlohmann::json types = nlohmann::json::array();
+  for (int i = 0; i < c.num_layers; ++i) {
+    const bool sliding = i < static_cast<int>(c.sliding_layers.size()) && c.sliding_layers[i];
+    types.push_back(sliding ? "sliding_attention" : "full_attention");
+  }
+  j["layer_types"] = types;
+  j["rope_local_base_freq"] = c.rope_local_theta;
+  if (c.rope_linear_factor != 1.0f) {
+    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", c.rope_linear_factor}};
+  }
+  const double scale = c.attention_scale;
+  j["query_pre_attn_scalar"] = 1.0 / (scale * scale);
+}
+
+// llama.cpp stores every norm as 1 + w; HF's checkpoint holds w.
+absl::Status VectorToHf(const ModelConfig&, std::string_view role, std::vector<float>& v,
+                        std::vector<int64_t>&) {
+  if (role.size() >= 4 && role.substr(role.size() - 4) == "norm") {
+    for (float& w : v) w -= 1.0f;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+const HfFromGguf& Gemma3HfFromGguf() {
+  static const HfFromGguf kConvert{.config = &WriteHfConfig, .vector = &VectorToHf};
+  return kConvert;
+}
 
 const Architecture& Gemma3Architecture() {
   static const Architecture kGemma3{.name = "gemma3",

@@ -5,6 +5,9 @@
 
 #include "engine/checkpoint/gguf_file.h"
 #include "engine/model/architecture.h"
+#include "engine/model/gemma3.h"
+#include "engine/model/hf_from_gguf.h"
+#include "engine/model/qwen3_5.h"
 
 namespace dq {
 namespace {
@@ -71,7 +74,16 @@ json HfConfigJson(const ModelConfig& c) {
   if (c.bos_token_id >= 0) j["bos_token_id"] = c.bos_token_id;
   if (!c.eos_token_ids.empty()) j["eos_token_id"] = c.eos_token_ids.front();
   if (c.rope_style == RopeStyle::kInterleaved) j["dq_rope_interleaved"] = true;
+  if (const HfFromGguf* h = FindHfFromGguf(c.architecture); h != nullptr && h->config) {
+    h->config(c, j);
+  }
   return j;
+}
+
+const HfFromGguf* FindHfFromGguf(std::string_view architecture) {
+  if (architecture == Gemma3Architecture().name) return &Gemma3HfFromGguf();
+  if (architecture == Qwen3_5Architecture().name) return &Qwen3_5HfFromGguf();
+  return nullptr;
 }
 
 absl::StatusOr<json> HfTokenizerJsonFromGguf(const GgufFile& g) {

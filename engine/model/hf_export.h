@@ -13,7 +13,8 @@ namespace dq {
 
 class GgufFile;
 
-// config.json for `config` (quantization_config is left for the caller). Llama weights taken
+// config.json for `config` (quantization_config is left for the caller; Gemma 3 and Qwen3.5
+// fields by their HfFromGguf::config, hf_from_gguf.h). Llama weights taken
 // from GGUF keep llama.cpp's q/k row order, recorded as "dq_rope_interleaved".
 nlohmann::json HfConfigJson(const ModelConfig& config);
 

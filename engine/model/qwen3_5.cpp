@@ -1,10 +1,12 @@
 #include "engine/model/qwen3_5.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "engine/checkpoint/gguf_file.h"
+#include "engine/model/hf_from_gguf.h"
 
 namespace dq {
 namespace {
@@ -132,11 +134,11 @@ void AddOne(std::vector<float>& norm) {
 }
 
 // llama.cpp's converter stores -exp(A_log) as ssm_a; the program keeps A_log.
-absl::Status ALogFromGguf(std::vector<float>& a, int layer) {
+absl::Status ALogFromGguf(std::vector<float>& a, const std::string& name) {
   for (float& v : a) {
     if (!(v < 0.0f)) {
-      return absl::InvalidArgumentError(absl::StrCat("GGUF: blk.", layer, ".ssm_a holds ", v,
-                                                     "; llama.cpp stores -exp(A_log) < 0"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("GGUF: ", name, " holds ", v, "; llama.cpp stores -exp(A_log) < 0"));
     }
     v = std::log(-v);
   }
@@ -152,7 +154,7 @@ absl::StatusOr<ProgramLayer> BindLayer(const WeightBinder& binder, const TensorN
   if (c.is_linear_layer(i)) {
     DQ_ASSIGN_OR_RETURN(GatedDeltaBlock g, BindGatedDeltaBlock(binder, names, c, i));
     if (hf) AddOne(g.norm);  // the input norm; the gated norm multiplies by w
-    if (!hf) DQ_RETURN_IF_ERROR(ALogFromGguf(g.a_log, i));
+    if (!hf) DQ_RETURN_IF_ERROR(ALogFromGguf(g.a_log, names.LayerBare(i, "ssm_a")));
     l.blocks.emplace_back(std::move(g));
   } else {
     DQ_ASSIGN_OR_RETURN(AttentionBlock a, BindAttentionBlock(binder, names, c, i, true));
@@ -179,7 +181,78 @@ absl::StatusOr<ModelProgram> Bind(const WeightBinder& binder, const TensorNames&
   return p;
 }
 
+// config.json fields that ConfigureHf reads back (value heads in HF's grouped order).
+void WriteHfConfig(const ModelConfig& c, nlohmann::json& j) {
+  j["model_type"] = "qwen3_5_text";
+  nlohmann::json types = nlohmann::json::array();
+  for (int i = 0; i < c.num_layers; ++i) {
+    types.push_back(c.is_linear_layer(i) ? "linear_attention" : "full_attention");
+  }
+  j["layer_types"] = types;
+  j["linear_num_key_heads"] = c.gdn_key_heads;
+  j["linear_num_value_heads"] = c.gdn_value_heads;
+  j["linear_key_head_dim"] = c.gdn_key_dim;
+  j["linear_value_head_dim"] = c.gdn_value_dim;
+  j["linear_conv_kernel_dim"] = c.gdn_conv_kernel;
+  j["rope_parameters"] = {
+      {"rope_type", "default"},
+      {"rope_theta", c.rope_theta},
+      {"partial_rotary_factor", static_cast<double>(c.rope_dim()) / c.head_dim}};
+}
+
+// Tiled value heads (llama.cpp: head j = v * key_heads + g) back to HF's grouped order
+// (g * per_key + v): `unit` rows per head, from row `first_row` of `w` (rows of `cols`).
+void UntileRows(const ModelConfig& c, std::vector<float>& w, int64_t first_row, int unit,
+                int64_t cols) {
+  const int nk = c.gdn_key_heads, r = c.gdn_value_heads / nk;
+  std::vector<float> out(w);
+  for (int v = 0; v < r; ++v) {
+    for (int g = 0; g < nk; ++g) {
+      const int64_t from = first_row + int64_t{v * nk + g} * unit;
+      const int64_t to = first_row + int64_t{g * r + v} * unit;
+      std::copy_n(w.begin() + from * cols, unit * cols, out.begin() + to * cols);
+    }
+  }
+  w = std::move(out);
+}
+
+absl::Status VectorToHf(const ModelConfig& c, std::string_view role, std::vector<float>& v,
+                        std::vector<int64_t>& shape) {
+  const bool norm = role.size() >= 4 && role.substr(role.size() - 4) == "norm";
+  if (norm && role != "ssm_norm") {  // stored 1 + w; the GDN's gated norm is w in both
+    for (float& w : v) w -= 1.0f;
+  } else if (role == "ssm_a" || role == "ssm_dt") {
+    if (role == "ssm_a") DQ_RETURN_IF_ERROR(ALogFromGguf(v, "ssm_a"));
+    UntileRows(c, v, 0, 1, 1);
+  } else if (role == "ssm_conv1d") {
+    UntileRows(c, v, 2 * c.gdn_qk_dim(), c.gdn_value_dim, c.gdn_conv_kernel);
+    shape = {c.gdn_conv_dim(), 1, c.gdn_conv_kernel};
+  }
+  return absl::OkStatus();
+}
+
+void LinearToHf(const ModelConfig& c, std::string_view role, std::vector<float>& w, int64_t out,
+                int64_t in) {
+  if (role == "attn_qkv") UntileRows(c, w, 2 * c.gdn_qk_dim(), c.gdn_value_dim, in);
+  if (role == "attn_gate") UntileRows(c, w, 0, c.gdn_value_dim, in);
+  if (role == "ssm_beta" || role == "ssm_alpha") UntileRows(c, w, 0, 1, in);
+  if (role == "ssm_out") {  // columns: each row's value heads
+    std::vector<float> row;
+    for (int64_t o = 0; o < out; ++o) {
+      row.assign(w.begin() + o * in, w.begin() + (o + 1) * in);
+      UntileRows(c, row, 0, c.gdn_value_dim, 1);
+      std::copy(row.begin(), row.end(), w.begin() + o * in);
+    }
+  }
+}
+
 }  // namespace
+
+const HfFromGguf& Qwen3_5HfFromGguf() {
+  static const HfFromGguf kConvert{
+      .config = &WriteHfConfig, .vector = &VectorToHf, .linear = &LinearToHf};
+  return kConvert;
+}
 
 const Architecture& Qwen3_5Architecture() {
   static const Architecture kQwen3_5{.name = "qwen3_5",

@@ -13,6 +13,7 @@
 #include "engine/checkpoint/safetensors_checkpoint.h"
 #include "engine/model/architecture.h"
 #include "engine/model/hf_export.h"
+#include "engine/model/hf_from_gguf.h"
 #include "engine/model/model_runner.h"
 #include "engine/model/tensor_names.h"
 #include "engine/quant/ggml_blocks.h"
@@ -39,6 +40,8 @@ struct Job {
   // The group size the codec wrote (nvfp4: always 16, fp8: 0, intN: the effective group), which
   // config.json records: options.group_size is only a request, which fixed-block schemes ignore.
   int group_size = 0;
+  // A GGUF source's conversion to HF's conventions (Gemma 3, Qwen3.5); null: values as stored.
+  const HfFromGguf* from_gguf = nullptr;
 };
 
 absl::StatusOr<std::vector<float>> ReadF32(Job& job, const std::string& name) {
@@ -127,6 +130,9 @@ absl::Status QuantizeLayer(Job& job, int layer, const ProgramLayer& program_laye
         block,
         [&](const char* role, LinearInput input, const LinearWeight& bound) {
           std::vector<float> w = ReadLinear(job, job.src_names.Layer(layer, role), bound);
+          if (job.from_gguf != nullptr && job.from_gguf->linear != nullptr) {
+            job.from_gguf->linear(job.src.config, role, w, bound.out_features, bound.in_features);
+          }
           float& amax = shared_amax[input];
           amax = std::max(amax, Amax(w));
           linears.push_back({role, input, std::move(w), {bound.out_features, bound.in_features}});
@@ -141,8 +147,12 @@ absl::Status QuantizeLayer(Job& job, int layer, const ProgramLayer& program_laye
             status = v.status();
             return;
           }
-          AddPlain(job, name(job.out_names), DType::kF32,
-                   job.src.checkpoint->Find(name(job.src_names))->shape, *v);
+          std::vector<int64_t> shape = job.src.checkpoint->Find(name(job.src_names))->shape;
+          if (job.from_gguf != nullptr) {
+            status = job.from_gguf->vector(job.src.config, role, *v, shape);
+            if (!status.ok()) return;
+          }
+          AddPlain(job, name(job.out_names), DType::kF32, std::move(shape), *v);
         });
   }
   DQ_RETURN_IF_ERROR(status);
@@ -247,13 +257,16 @@ absl::Status QuantizeCheckpoint(const Model& source, const std::string& out_dir,
   }
   const bool gguf = source.checkpoint->format() == "gguf";
   DQ_ASSIGN_OR_RETURN(const Architecture* arch, RequireArchitecture(source.config.architecture));
-  if (gguf && !source.config.llama_layer()) {
+  const HfFromGguf* from_gguf = gguf ? FindHfFromGguf(arch->name) : nullptr;
+  if (gguf && !source.config.llama_layer() && from_gguf == nullptr) {
     return absl::UnimplementedError(
-        absl::StrCat("dq-quantize reads GGUF files of the Llama/Qwen3 layer only; quantize this ",
+        absl::StrCat("dq-quantize reads GGUF files of the Llama/Qwen3 layer, Gemma 3 and Qwen3.5 "
+                     "only; quantize this ",
                      std::string(arch->name), " model from its HF checkpoint"));
   }
   Job job{source, opt, nullptr, ArchitectureTensorNames(*arch, gguf)};
   job.out_names = ArchitectureTensorNames(*arch, false);
+  job.from_gguf = from_gguf;
   if (opt.format != "bf16" && opt.format != "f32") {
     DQ_ASSIGN_OR_RETURN(job.codec, FindWeightCodec(opt.format));
   }
@@ -262,6 +275,10 @@ absl::Status QuantizeCheckpoint(const Model& source, const std::string& out_dir,
   DQ_ASSIGN_OR_RETURN(std::vector<float> emb, ReadF32(job, job.src_names.Embedding()));
   AddPlain(job, job.out_names.Embedding(), opt.embedding_dtype, {c.vocab_size, c.hidden_size}, emb);
   DQ_ASSIGN_OR_RETURN(std::vector<float> norm, ReadF32(job, job.src_names.FinalNorm()));
+  if (job.from_gguf != nullptr) {
+    std::vector<int64_t> shape = {c.hidden_size};
+    DQ_RETURN_IF_ERROR(job.from_gguf->vector(c, "output_norm", norm, shape));
+  }
   AddPlain(job, job.out_names.FinalNorm(), DType::kF32, {c.hidden_size}, norm);
   if (source.checkpoint->Find(job.src_names.LmHead()) != nullptr) {
     DQ_ASSIGN_OR_RETURN(std::vector<float> head, ReadF32(job, job.src_names.LmHead()));

@@ -5,7 +5,8 @@
 # dqserve's GGUF loader gives exactly the safetensors checkpoint's logits (whose numerics
 # model_golden_test holds against transformers), the same greedy continuation past the window,
 # the same token ids and the same `dqserve generate` text. Refusals: softcapping, an unknown
-# RoPE scaling, a missing window, and dq-quantize from the GGUF.
+# RoPE scaling, a missing window. dq-quantize from the GGUF (f32, int4) writes the checkpoint it
+# writes from the safetensors one (norms to rounding).
 source "$(dirname "$0")/lib.sh"
 GEMMA3=$(dirname "$BIN")/tiny-gemma3
 py=$("$SRC/scripts/test-venv.sh" "$(dirname "$BIN")/venv-e2e") || { fail "test venv"; finish; }
@@ -85,6 +86,32 @@ variant yarn 'w.add_string("gemma3.rope.scaling.type", "yarn")' &&
 variant nowindow 'drop gemma3.attention.sliding_window' &&
   expect_error "missing window refused" "gemma3.attention.sliding_window" \
     "$BIN/dq-tool" logits --model "$TMP/nowindow.gguf" --ids "$ids1"
-expect_error "dq-quantize from a Gemma 3 GGUF" "quantize this gemma3 model from its HF checkpoint" \
-  "$BIN/dq-quantize" --model "$GGUF" --format int4 --group-size 32 --out "$TMP/q"
+
+# dq-quantize from the GGUF (norms back to HF's w, config.json from the metadata): f32 and int4
+# checkpoints with the tensors dq-quantize makes from the safetensors checkpoint
+# (tests/e2e/same_checkpoint.py: byte for byte but the norms, fl(1 + w) - 1 against w, equal as
+# the 1 + w a model multiplies by), and exactly the same logits and greedy tokens.
+for spec in "f32" "int4 --group-size 32"; do
+  set -- $spec
+  fmt=$1; shift
+  for src in "$GGUF" "$GEMMA3"; do
+    "$BIN/dq-quantize" --model "$src" --format "$fmt" --embeddings f32 "$@" \
+      --out "$TMP/q-$fmt-$(basename "$src")" >"$TMP/q.log" 2>&1 || fail "dq-quantize $fmt $src: $(tail -2 "$TMP/q.log")"
+  done
+  qg=$TMP/q-$fmt-tiny-gemma3.gguf qh=$TMP/q-$fmt-tiny-gemma3
+  out=$("$py" "$SRC/tests/e2e/same_checkpoint.py" "$qg" "$qh" 2>&1) &&
+    pass "dq-quantize $fmt from the GGUF, against the one from safetensors: $out" ||
+    fail "dq-quantize $fmt: checkpoints from the GGUF and from safetensors differ: $out"
+  for m in "$qg" "$qh"; do
+    "$BIN/dq-tool" logits --model "$m" --ids "$ids" --greedy 24 --top 50 --threads 1 \
+      >"$m.logits.json" 2>"$TMP/logits.err" || fail "logits $m: $(cat "$TMP/logits.err")"
+  done
+  python3 - "$qg.logits.json" "$qh.logits.json" <<'PY' &&
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert len(a["top"]) == 50 and a["top"] == b["top"] and a["greedy"] == b["greedy"], (a, b)
+PY
+    pass "dq-quantize $fmt from the GGUF: its config.json loads, same logits and 24 greedy tokens" ||
+    fail "dq-quantize $fmt from the GGUF: logits differ"
+done
 finish

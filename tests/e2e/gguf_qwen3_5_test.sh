@@ -6,8 +6,8 @@
 # GGUF loader gives the safetensors checkpoint's logits (whose numerics model_golden_test holds
 # against transformers) to within float rounding (ssm_a goes back through log), the same
 # 24-token greedy continuation (chunked prefill, then recurrent decode steps), the same token
-# ids and the same `dqserve generate` text. Refusals: an ssm_a that is not negative, a missing
-# ssm.* key.
+# ids and the same `dqserve generate` text; dq-quantize from it writes the checkpoint it writes
+# from the safetensors one. Refusals: an ssm_a that is not negative, a missing ssm.* key.
 source "$(dirname "$0")/lib.sh"
 QWEN35=$(dirname "$BIN")/tiny-qwen3_5
 py=$("$SRC/scripts/test-venv.sh" "$(dirname "$BIN")/venv-e2e") || { fail "test venv"; finish; }
@@ -52,6 +52,36 @@ gen() { "$BIN/dqserve" generate --model "$1" --prompt "Tell me about the moon" -
 ga=$(gen "$QWEN35"); gb=$(gen "$GGUF")
 [ -n "$ga" ] && [ "$ga" = "$gb" ] && pass "dqserve generate from the GGUF: same text through the chat template" \
   || fail "generate: safetensors '$ga', GGUF '$gb' ($(tail -2 "$TMP/gen.err"))"
+
+# dq-quantize from the GGUF (norms back to w, A_log = log(-ssm_a), the conv unsqueezed, value
+# heads back to HF's grouped order, config.json from the metadata): f32 and int4 checkpoints
+# whose tensors equal those dq-quantize makes from the safetensors checkpoint
+# (tests/e2e/same_checkpoint.py: byte for byte but norms, equal as 1 + w, and A_log, within
+# float rounding), with the same logits (to rounding) and greedy tokens.
+for spec in "f32" "int4 --group-size 32"; do
+  set -- $spec
+  fmt=$1; shift
+  for src in "$GGUF" "$QWEN35"; do
+    "$BIN/dq-quantize" --model "$src" --format "$fmt" --embeddings f32 "$@" \
+      --out "$TMP/q-$fmt-$(basename "$src")" >"$TMP/q.log" 2>&1 || fail "dq-quantize $fmt $src: $(tail -2 "$TMP/q.log")"
+  done
+  qg=$TMP/q-$fmt-tiny-qwen3_5.gguf qh=$TMP/q-$fmt-tiny-qwen3_5
+  for m in "$qg" "$qh"; do
+    "$BIN/dq-tool" logits --model "$m" --ids "$ids" --greedy 24 --top 50 --threads 1 \
+      >"$m.logits.json" 2>"$TMP/logits.err" || fail "logits $m: $(cat "$TMP/logits.err")"
+  done
+  if out=$("$py" "$SRC/tests/e2e/same_checkpoint.py" "$qg" "$qh" 2>&1) && "$py" - "$qg" "$qh" <<'PY' 2>>"$TMP/cmp.err"
+import json, sys
+a, b = (json.load(open(d + ".logits.json")) for d in sys.argv[1:3])
+ta, tb = dict(a["top"]), dict(b["top"])
+scale = max(abs(v) for v in ta.values())
+common = set(ta) & set(tb)
+assert len(common) >= 48 and max(abs(ta[i] - tb[i]) for i in common) <= 1e-5 * scale
+assert a["greedy"] == b["greedy"], (a["greedy"], b["greedy"])
+PY
+  then pass "dq-quantize $fmt from the GGUF: $out; same logits (1e-5) and 24 greedy tokens"
+  else fail "dq-quantize $fmt from the GGUF: $out $(tail -2 "$TMP/cmp.err")"; fi
+done
 
 # Refusals, each a copy of the GGUF changed in one place by gguf-py.
 variant() {  # variant NAME PYTHON: PYTHON edits `w` (metadata) or `tensors` (name -> array)
