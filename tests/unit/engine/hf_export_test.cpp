@@ -39,5 +39,74 @@ TEST(HfExportTest, ConfigJsonRoundTripsThroughTheParser) {
   EXPECT_EQ(parsed->eos_token_ids, model->config.eos_token_ids);
 }
 
+// The families' own fields (what a dq-quantize output from their GGUF files needs), set away
+// from their defaults so a field HfConfigJson drops shows.
+TEST(HfExportTest, Gemma3ConfigJsonRoundTrips) {
+  const nlohmann::json src = {
+      {"model_type", "gemma3_text"},
+      {"vocab_size", 300},
+      {"hidden_size", 64},
+      {"intermediate_size", 96},
+      {"num_hidden_layers", 4},
+      {"num_attention_heads", 4},
+      {"num_key_value_heads", 2},
+      {"head_dim", 16},
+      {"max_position_embeddings", 512},
+      {"sliding_window", 24},
+      {"rope_theta", 50000.0},
+      {"rope_local_base_freq", 7000.0},
+      {"rope_scaling", {{"rope_type", "linear"}, {"factor", 4.0}}},
+      {"query_pre_attn_scalar", 20.0},
+      {"layer_types",
+       {"sliding_attention", "full_attention", "sliding_attention", "full_attention"}}};
+  auto a = ModelConfigFromHfJson(src);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = ModelConfigFromHfJson(HfConfigJson(*a));
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->architecture, "gemma3");
+  EXPECT_EQ(b->sliding_window, 24);
+  EXPECT_EQ(b->sliding_layers, a->sliding_layers);
+  EXPECT_EQ(b->rope_theta, 50000.0f);
+  EXPECT_EQ(b->rope_local_theta, 7000.0f);
+  EXPECT_EQ(b->rope_linear_factor, 4.0f);
+  EXPECT_FLOAT_EQ(b->attention_scale, a->attention_scale);
+  EXPECT_TRUE(b->gelu_mlp);
+}
+
+TEST(HfExportTest, Qwen3_5ConfigJsonRoundTrips) {
+  const nlohmann::json src = {
+      {"model_type", "qwen3_5_text"},
+      {"vocab_size", 300},
+      {"hidden_size", 64},
+      {"intermediate_size", 96},
+      {"num_hidden_layers", 3},
+      {"num_attention_heads", 4},
+      {"num_key_value_heads", 2},
+      {"head_dim", 32},
+      {"max_position_embeddings", 512},
+      {"linear_num_key_heads", 2},
+      {"linear_num_value_heads", 6},
+      {"linear_key_head_dim", 8},
+      {"linear_value_head_dim", 12},
+      {"linear_conv_kernel_dim", 3},
+      {"rope_parameters", {{"rope_theta", 123456.0}, {"partial_rotary_factor", 0.5}}},
+      {"layer_types", {"linear_attention", "full_attention", "linear_attention"}}};
+  auto a = ModelConfigFromHfJson(src);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = ModelConfigFromHfJson(HfConfigJson(*a));
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->architecture, "qwen3_5");
+  EXPECT_EQ(b->linear_layers, (std::vector<bool>{true, false, true}));
+  EXPECT_EQ(b->gdn_key_heads, 2);
+  EXPECT_EQ(b->gdn_value_heads, 6);
+  EXPECT_EQ(b->gdn_key_dim, 8);
+  EXPECT_EQ(b->gdn_value_dim, 12);
+  EXPECT_EQ(b->gdn_conv_kernel, 3);
+  EXPECT_EQ(b->rotary_dim, 16);
+  EXPECT_EQ(b->rope_theta, 123456.0f);
+  EXPECT_TRUE(b->attn_output_gate);
+  EXPECT_FALSE(b->gdn_tiled_value_heads);  // HF's grouped order, whatever the source's
+}
+
 }  // namespace
 }  // namespace dq
