@@ -1,5 +1,6 @@
 // dq-bench-cpu: prefill and decode speed of the CPU backend on one model, as JSON.
 //   dq-bench-cpu --model M [--prompt-tokens 128] [--gen-tokens 128] [--threads N] [--reps 3]
+//                [--cpu-matmul q8|exact]
 // Prefill: one forward over a prompt of random (but valid, non-special) token ids.
 // Decode: greedy single-sequence steps after that prompt. Best of `reps` runs (decode also as
 // the median of the runs: the cores here are shared).
@@ -11,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "common/cpu_matmul.h"
 #include "common/logging.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/model_runner.h"
@@ -25,7 +27,7 @@ struct Options {
   int gen_tokens = 128;
   int threads = 0;
   int reps = 3;
-  bool q8 = false;  // the fast 8-bit-activation decode path (ModelRunnerOptions::cpu_q8_decode)
+  std::string cpu_matmul = "q8";  // "q8" or "exact" (common/cpu_matmul.h)
 };
 
 struct Timing {
@@ -73,7 +75,8 @@ absl::Status Run(const Options& o) {
   dq::ModelRunnerOptions ro;
   ro.threads = o.threads;
   ro.kv_capacity = o.prompt_tokens + o.gen_tokens + 16;
-  ro.cpu_q8_decode = o.q8;
+  DQ_ASSIGN_OR_RETURN(const dq::CpuMatmul cpu_matmul, dq::ParseCpuMatmul(o.cpu_matmul));
+  ro.cpu_q8_decode = cpu_matmul == dq::CpuMatmul::kQ8;
   DQ_ASSIGN_OR_RETURN(auto runner, dq::ModelRunner::Create(*model->checkpoint, model->config, ro));
   std::mt19937 rng(7);
   std::uniform_int_distribution<int32_t> dist(1000, std::min(model->config.vocab_size, 40000) - 1);
@@ -84,17 +87,18 @@ absl::Status Run(const Options& o) {
   best = Timing{};
   for (int r = 0; r < o.reps; ++r)
     DQ_RETURN_IF_ERROR(RunOnce(*runner, prompt, o.gen_tokens, &best));
-  nlohmann::json j = {{"engine", o.q8 ? "dqserve-cpu (q8 decode)" : "dqserve-cpu"},
-                      {"model", o.model},
-                      {"threads", runner->threads().num_threads()},
-                      {"prompt_tokens", o.prompt_tokens},
-                      {"gen_tokens", o.gen_tokens},
-                      {"reps", o.reps},
-                      {"prefill_seconds", best.prefill_s},
-                      {"prefill_tok_per_s", o.prompt_tokens / best.prefill_s},
-                      {"decode_seconds", best.decode_s},
-                      {"decode_tok_per_s", o.gen_tokens / best.decode_s},
-                      {"decode_tok_per_s_median", o.gen_tokens / Median(best.decode_runs)}};
+  nlohmann::json j = {
+      {"engine", ro.cpu_q8_decode ? "dqserve-cpu (q8 decode)" : "dqserve-cpu (exact)"},
+      {"model", o.model},
+      {"threads", runner->threads().num_threads()},
+      {"prompt_tokens", o.prompt_tokens},
+      {"gen_tokens", o.gen_tokens},
+      {"reps", o.reps},
+      {"prefill_seconds", best.prefill_s},
+      {"prefill_tok_per_s", o.prompt_tokens / best.prefill_s},
+      {"decode_seconds", best.decode_s},
+      {"decode_tok_per_s", o.gen_tokens / best.decode_s},
+      {"decode_tok_per_s_median", o.gen_tokens / Median(best.decode_runs)}};
   std::cout << j.dump(2) << "\n";
   return absl::OkStatus();
 }
@@ -110,7 +114,10 @@ int main(int argc, char** argv) {
   app.add_option("--gen-tokens", o.gen_tokens, "tokens to decode");
   app.add_option("--threads", o.threads, "CPU threads (default: all)");
   app.add_option("--reps", o.reps, "timed repetitions (best is reported)");
-  app.add_flag("--q8", o.q8, "decode with 8-bit activations and integer dots (GGUF Q4_1 / Q8_0)");
+  app.add_option("--cpu-matmul", o.cpu_matmul, dq::kCpuMatmulHelp)
+      ->check(CLI::IsMember(
+          std::vector<std::string>(dq::kCpuMatmulModes.begin(), dq::kCpuMatmulModes.end())))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   const absl::Status s = Run(o);
   if (!s.ok()) {

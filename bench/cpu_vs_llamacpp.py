@@ -85,9 +85,10 @@ def main():
     print(f"dqserve: {a.prompt_tokens}-token prefill + {a.gen_tokens} decode steps ...", flush=True)
     cmd = [a.dq_bench, "--model", a.model, "--threads", str(a.threads), "--prompt-tokens",
            str(a.prompt_tokens), "--gen-tokens", str(a.gen_tokens), "--reps", str(a.reps)]
-    ours = json.loads(subprocess.check_output(cmd))
-    # The fast decode path (8-bit activations, integer dots) beside the fp32 reference.
-    ours_q8 = json.loads(subprocess.check_output(cmd + ["--q8"]))
+    # The fp32 reference beside the fast decode path (8-bit activations, integer dots), the
+    # default.
+    ours = json.loads(subprocess.check_output(cmd + ["--cpu-matmul", "exact"]))
+    ours_q8 = json.loads(subprocess.check_output(cmd + ["--cpu-matmul", "q8"]))
     print("llama.cpp: same ...", flush=True)
     theirs = bench_llamacpp(a.model, a.threads, a.prompt_tokens, a.gen_tokens, a.reps)
     bw = memory_bandwidth()

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/cpu_matmul.h"
 #include "common/device_spec.h"
 #include "common/listen_port.h"
 #include "common/lm_head_format.h"
@@ -76,6 +77,7 @@ absl::Status ReadPhase(const toml::table& t, const std::string& name, PhaseConfi
   r.Get("threads", &p->threads);
   r.Get("kv_capacity", &p->kv_capacity);
   r.Get("port", &p->port);
+  r.Get("cpu_matmul", &p->cpu_matmul);
   if (name == "prefill") {
     r.Get("token_budget", &p->token_budget);
     r.Get("attention", &p->attention);
@@ -218,6 +220,11 @@ absl::Status CheckValues(const DeployConfig& c) {
     return absl::InvalidArgumentError("[router] max_in_flight must be >= 1");
   if (c.decode.max_batch < 1) return absl::InvalidArgumentError("[decode] max_batch must be >= 1");
   DQ_RETURN_IF_ERROR(CheckDrafter(c));
+  for (const auto& [name, p] : {std::pair{"[prefill] ", &c.prefill}, {"[decode] ", &c.decode}}) {
+    if (absl::Status s = ParseCpuMatmul(p->cpu_matmul).status(); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(name, "cpu_matmul: ", s.message()));
+    }
+  }
   if (absl::Status s = CheckLmHeadFormat(c.decode.lm_head); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("[decode] ", s.message()));
   }

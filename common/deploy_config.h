@@ -17,6 +17,8 @@
 //              workers): draft_weights (the DFlash drafter's directory); for both
 //              draft_on_prefill (true: the prefill worker holds the drafter too and ships its
 //              prompt KV); batch_invariant (GPU decode steps independent of their batch-mates)
+//   [prefill] and [decode] cpu_matmul ("q8" | "exact": the CPU backend's decode-step linears,
+//              common/cpu_matmul.h)
 //   odp = true, or an [odp] table: crossover_tokens, slots, source ("disk" | "host"), image_dir
 //              (offloaded disaggregated prefill on one GPU, docs/odp.md)
 //   [prefix_cache] enabled (the prefill worker keeps finished prompts' full KV blocks and
@@ -67,9 +69,10 @@ struct PhaseConfig {
   // "cpu", "cuda" or "cuda:N" (common/device_spec.h): where the worker computes and keeps its
   // KV cache. Both workers must agree on CPU vs GPU (the KV dtype differs).
   std::string device = "cpu";
-  int threads = 0;      // 0: all hardware threads
-  int kv_capacity = 0;  // tokens; 0: the worker's default
-  int port = 0;         // 0: a free loopback port
+  int threads = 0;                // 0: all hardware threads
+  int kv_capacity = 0;            // tokens; 0: the worker's default
+  int port = 0;                   // 0: a free loopback port
+  std::string cpu_matmul = "q8";  // --cpu-matmul (common/cpu_matmul.h): "q8" or "exact"
   // prefill only
   int token_budget = 2048;
   std::string attention = "bf16";  // dq-prefill --attention: "bf16" or "fp8"

@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdio>
 
+#include "common/cpu_matmul.h"
 #include "common/device_spec.h"
 #include "common/lm_head_format.h"
 #include "common/logging.h"
@@ -80,6 +81,10 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "is quantized to at load, int8, int4, int3, int2 or nvfp4 (docs/fidelity.md)")
       ->check(CLI::IsMember(
           std::vector<std::string>(dq::kLmHeadFormats.begin(), dq::kLmHeadFormats.end())))
+      ->capture_default_str();
+  app.add_option("--cpu-matmul", f.model.cpu_matmul, dq::kCpuMatmulHelp)
+      ->check(CLI::IsMember(
+          std::vector<std::string>(dq::kCpuMatmulModes.begin(), dq::kCpuMatmulModes.end())))
       ->capture_default_str();
   app.add_option("--cuda-kernels", f.model.cuda_kernels,
                  "GPU kernel choices as key=value pairs (docs/serving.md, Kernel options)");

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
+#include "common/cpu_matmul.h"
 #include "common/device_spec.h"
 #include "common/logging.h"
 #include "common/worker_key.h"
@@ -93,6 +94,10 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "prefill attention: bf16, or fp8 (e4m3 Q/K/V/P; --compute w8a8; emulated on "
                  "the CPU; changes numerics slightly, docs/serving.md)")
       ->check(CLI::IsMember({"bf16", "fp8"}))
+      ->capture_default_str();
+  app.add_option("--cpu-matmul", f.model.cpu_matmul, dq::kCpuMatmulHelp)
+      ->check(CLI::IsMember(
+          std::vector<std::string>(dq::kCpuMatmulModes.begin(), dq::kCpuMatmulModes.end())))
       ->capture_default_str();
   app.add_option("--cuda-kernels", f.model.cuda_kernels,
                  "GPU kernel choices as key=value pairs (docs/serving.md, Kernel options)");

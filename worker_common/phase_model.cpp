@@ -4,6 +4,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "common/cpu_matmul.h"
 #include "engine/model/odp_policy.h"
 #include "engine/quant/requantize.h"
 #include "worker_common/device_backend.h"
@@ -56,6 +57,7 @@ absl::StatusOr<std::unique_ptr<PhaseModel>> LoadPhaseModel(const PhaseModelOptio
   if (o.model.empty()) return absl::InvalidArgumentError("give --model (a .gguf file or HF dir)");
   DQ_RETURN_IF_ERROR(CheckFp8Attention(o));
   DQ_RETURN_IF_ERROR(CheckLmHeadFormat(o.lm_head));
+  DQ_ASSIGN_OR_RETURN(const CpuMatmul cpu_matmul, ParseCpuMatmul(o.cpu_matmul));
   auto pm = std::make_unique<PhaseModel>();
   DQ_ASSIGN_OR_RETURN(pm->device, ParseDeviceSpec(o.device));
   DQ_ASSIGN_OR_RETURN(
@@ -84,6 +86,7 @@ absl::StatusOr<std::unique_ptr<PhaseModel>> LoadPhaseModel(const PhaseModelOptio
   ro.backend = std::move(backend);
   // The CPU emulates FP8 attention (a device backend got the option through BackendForDevice).
   ro.cpu_prefill.fp8_prefill_attention = o.fp8_attention && !pm->device.cuda;
+  ro.cpu_q8_decode = cpu_matmul == CpuMatmul::kQ8 && !pm->device.cuda;
   if (ro.kv_capacity == 0 && o.kv_capacity_contexts > 0) {
     ro.kv_capacity = std::max(o.kv_capacity_contexts * w.config.max_context, o.min_kv_tokens);
   }

@@ -47,6 +47,9 @@ struct PhaseModelOptions {
   bool fp8_attention = false;
   // Kernel choices on a GPU (DeviceBackendOptions::cuda_kernels; empty: the defaults).
   std::string cuda_kernels;
+  // The CPU backend's linears in decode steps (common/cpu_matmul.h): "q8" or "exact"
+  // (ModelRunnerOptions::cpu_q8_decode); ignored on a GPU.
+  std::string cpu_matmul = "q8";
   // The lm_head's format (PhaseWeights::lm_head): "bf16" keeps the checkpoint's; "int8",
   // "int4", ... quantize it at load (decode: at 2 bits the bf16 lm_head is 41 % of a step's bytes).
   std::string lm_head = "bf16";

@@ -98,7 +98,7 @@ void MatMul(const LinearWeight& w, const float* x, int64_t rows, float* y, Threa
   if (options.bf16_weights && w.mode == ComputeMode::kWeightOnly) {
     return MatMulTiled(w, x, rows, y, pool, true);
   }
-  if (options.q8_activations && w.q8_packed != nullptr && rows <= kFusedDotMaxRows) {
+  if (options.q8_activations && w.q8_packed != nullptr) {
     return MatMulQ8(w, x, rows, y, pool);
   }
   if (w.codec != nullptr) {

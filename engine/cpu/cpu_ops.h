@@ -17,9 +17,9 @@ struct MatMulOptions {
   // W's values rounded to bf16 first (how the CUDA backend computes a weight-only linear of many
   // rows, dequantized to bf16 for a GEMM; a test oracle).
   bool bf16_weights = false;
-  // Weights packed for it (LinearWeight::q8_packed: GGUF Q4_1 / Q8_0) at up to 8 rows: x
-  // quantized to 8-bit blocks once and integer dots (q8_packed.h), the fast decode path; not
-  // the reference.
+  // Weights packed for it (LinearWeight::q8_packed: GGUF Q4_1 / Q8_0), at any row count: each
+  // row of x quantized to 8-bit blocks once and integer dots (q8_packed.h), the fast decode
+  // path; not the reference. A row's result does not depend on the others (batch-invariant).
   bool q8_activations = false;
 };
 

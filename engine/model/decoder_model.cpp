@@ -393,7 +393,7 @@ void DecoderModel::Prepare(const Batch& batch, Scratch& s) const {
   }
   s.attention.fp8 = options_.fp8_prefill_attention && PrefillShaped(batch);
   s.bf16 = options_.bf16_activations;
-  s.linears = {s.bf16, options_.q8_decode && !s.bf16};
+  s.linears = {s.bf16, options_.q8_decode && !s.bf16 && batch.phase == Phase::kDecode};
   s.cuda_prefill = !CudaDecodeShaped(batch);
   if (s.bf16 && s.cuda_prefill && !s.attention.fp8) {
     s.attention.bf16_p_key_tile = options_.cuda_prefill_key_tile;

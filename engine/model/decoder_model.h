@@ -36,9 +36,10 @@ struct DecoderModelOptions {
   // prefill kernel (cpu::AttentionOptions::bf16_p_key_tile) with key tiles of this many keys:
   // 64, the default kernel's (KernelOptions::prefill_attention wg64pp).
   int cuda_prefill_key_tile = 64;
-  // The fast CPU decode path (issue 25): passes of up to 8 rows quantize the inputs of GGUF
-  // Q4_1 / Q8_0 linears to 8-bit blocks and use integer dots (cpu::MatMulOptions::q8_activations),
-  // as llama.cpp does; off, the fp32 reference.
+  // The fast CPU decode path (issue 25): decode passes (Phase::kDecode, any batch) quantize the
+  // inputs of GGUF Q4_1 / Q8_0 linears to 8-bit blocks and use integer dots (cpu::MatMulOptions::
+  // q8_activations), as llama.cpp does; prefill passes stay exact, so the first token is the
+  // reference's and a sequence's steps do not depend on its batch-mates. Off: the fp32 reference.
   bool q8_decode = false;
 };
 

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <memory>
 
+#include "common/cpu_matmul.h"
 #include "common/lm_head_format.h"
 #include "engine/generate/generator.h"
 #include "engine/model/model_loader.h"
@@ -43,8 +44,7 @@ struct GenerateOptions {
   std::string cuda_kernels;
   // The lm_head's format in both phases (common/lm_head_format.h): "bf16" keeps the stored one.
   std::string lm_head = "bf16";
-  bool cpu_q8 =
-      false;  // cpu: the fast 8-bit-activation decode path (DecoderModelOptions::q8_decode)
+  std::string cpu_matmul = "q8";  // cpu: "q8" or "exact" (common/cpu_matmul.h)
   SamplingParams sampling;
   std::string speculative = "none";  // drafter name, or none
   SpecConfig spec;
@@ -287,7 +287,8 @@ absl::Status RunGenerate(const GenerateOptions& o) {
     return absl::InvalidArgumentError("--device must be cpu or cuda");
   } else {
     ro.cpu_prefill.fp8_prefill_attention = o.prefill_attention == "fp8";
-    ro.cpu_q8_decode = o.cpu_q8;
+    DQ_ASSIGN_OR_RETURN(const CpuMatmul cpu_matmul, ParseCpuMatmul(o.cpu_matmul));
+    ro.cpu_q8_decode = cpu_matmul == CpuMatmul::kQ8;
   }
   DQ_ASSIGN_OR_RETURN(
       auto runner, ModelRunner::Create(
@@ -376,9 +377,10 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
                   "int3, int2, nvfp4 (quantized at load; docs/fidelity.md)")
       ->check(
           CLI::IsMember(std::vector<std::string>(kLmHeadFormats.begin(), kLmHeadFormats.end())));
-  cmd->add_flag("--cpu-q8", o->cpu_q8,
-                "cpu: decode steps quantize the inputs of GGUF Q4_1 / Q8_0 linears to 8-bit blocks "
-                "and use integer dots (faster, not the fp32 reference; bench/cpu.sh measures it)");
+  cmd->add_option("--cpu-matmul", o->cpu_matmul, kCpuMatmulHelp)
+      ->check(
+          CLI::IsMember(std::vector<std::string>(kCpuMatmulModes.begin(), kCpuMatmulModes.end())))
+      ->capture_default_str();
   cmd->add_option("--kv-capacity", o->kv_capacity,
                   "KV cache tokens (default min(context, 8192); a prompt plus its answer must fit)")
       ->check(CLI::Range(0, 1 << 24));

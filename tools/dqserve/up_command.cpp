@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/cpu_matmul.h"
 #include "common/deploy_config.h"
 #include "common/listen_port.h"
 #include "common/lm_head_format.h"
@@ -98,6 +99,8 @@ std::vector<std::string> PhaseArgs(const DeployConfig& c, const PhaseConfig& p,
                                 "--log-level", log_level};
   if (!p.weights.empty()) a.insert(a.end(), {"--weights", p.weights});
   if (p.kv_capacity > 0) a.insert(a.end(), {"--kv-capacity", std::to_string(p.kv_capacity)});
+  // Only when not the workers' default, so the compose files' command lines stay equal.
+  if (p.cpu_matmul != kDefaultCpuMatmul) a.insert(a.end(), {"--cpu-matmul", p.cpu_matmul});
   return a;
 }
 

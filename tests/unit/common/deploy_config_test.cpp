@@ -107,6 +107,22 @@ TEST(DeployConfig, DecodeLmHeadFormat) {
   ExpectError("model = \"m\"\n[prefill]\nlm_head = \"int4\"\n", "unknown key");
 }
 
+TEST(DeployConfig, CpuMatmulPerPhase) {
+  auto plain = ParseDeployConfig("model = \"m\"\n");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->prefill.cpu_matmul, "q8");  // the fast path is the default
+  EXPECT_EQ(plain->decode.cpu_matmul, "q8");
+  auto c = ParseDeployConfig(
+      "model = \"m\"\n[prefill]\ncpu_matmul = \"exact\"\n[decode]\ncpu_matmul = \"exact\"\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->prefill.cpu_matmul, "exact");
+  EXPECT_EQ(c->decode.cpu_matmul, "exact");
+  ExpectError("model = \"m\"\n[decode]\ncpu_matmul = \"int8\"\n",
+              "[decode] cpu_matmul: cpu matmul 'int8' is not one of q8");
+  ExpectError("model = \"m\"\n[prefill]\ncpu_matmul = \"fp32\"\n",
+              "[prefill] cpu_matmul: cpu matmul 'fp32' is not one of q8");
+}
+
 TEST(DeployConfig, DevicePerPhase) {
   auto c = ParseDeployConfig(
       "model = \"m\"\n[prefill]\ndevice = \"cuda:0\"\n[decode]\ndevice = \"cuda:1\"\n");
