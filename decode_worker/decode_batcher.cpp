@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
-#include "decode_worker/drafter_kv_regions.h"
+#include "decode_worker/lease_part_regions.h"
 #include "engine/sampler/sampler.h"
 #include "engine/spec/verify.h"
 #include "worker_common/proto_convert.h"

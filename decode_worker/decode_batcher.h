@@ -34,7 +34,7 @@
 
 namespace dq::decode {
 
-struct ShippedDrafterKv;  // drafter_kv_regions.h
+struct ShippedDrafterKv;  // lease_part_regions.h
 
 // One request to decode: its committed lease and how to sample.
 struct DecodeJob {
@@ -66,7 +66,7 @@ struct DecodeBatcherOptions {
   std::vector<int32_t> eos_token_ids;  // end a sequence unless its params say ignore_eos
   // Called with a lease's id once it is committed and before its sequence joins the batch,
   // without the batcher's lock (running sequences keep stepping meanwhile): moves the KV the
-  // prefill worker wrote into a staging buffer into the lease's blocks (LeaseRegions::Land).
+  // prefill worker wrote into a staging buffer into the lease's blocks (LeasePartRegions::Land).
   // An error fails the request. Empty: the KV is in the blocks already (CPU).
   std::function<absl::Status(const std::string& lease_id)> land_kv;
   // Speculative decoding: a deterministic (point-mass) drafter, or null for plain decoding. Not

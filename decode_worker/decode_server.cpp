@@ -54,7 +54,8 @@ absl::Status DecodeServer::Init(const DecodeServerOptions& o) {
   DQ_ASSIGN_OR_RETURN(transport_, kvtransfer::CreateTransport(tc));
   KvBlockPool& pool = model_.runner->kv_pool();
   leases_ = std::make_unique<KvLeaseTable>(pool);
-  regions_ = std::make_unique<LeaseRegions>(*transport_, *model_.kv_staging, o.direct_for_tests);
+  regions_ = std::make_unique<LeasePartRegions>(*transport_, *model_.kv_staging,
+                                                worker::KvLayoutOf(model_), o.direct_for_tests);
   DQ_RETURN_IF_ERROR(SetUpStateSlots(o));
   DecodeBatcherOptions bo;
   bo.max_batch = o.max_batch;
@@ -67,20 +68,14 @@ absl::Status DecodeServer::Init(const DecodeServerOptions& o) {
   DQ_RETURN_IF_ERROR(SetUpPrefixCache(o, &bo));
   // Regions go before blocks: a lease's late writes are refused instead of landing in blocks
   // that another request owns by then.
-  leases_->set_free_hook([r = regions_.get(), d = drafter_regions_.get(),
-                          st = state_regions_.get()](const KvLease& l) {
-    r->Release(l.lease_id);
-    if (d != nullptr) d->Release(l.lease_id);
-    if (st != nullptr) st->Release(l.lease_id);
-  });
+  leases_->set_free_hook([r = regions_.get()](const KvLease& l) { r->Release(l.lease_id); });
   batcher_ = std::make_unique<DecodeBatcher>(*model_.runner, *leases_, std::move(bo));
 
   DecodeServiceOptions so;
   so.lease_ttl_ms = o.lease_ttl_ms;
   so.worker_key = o.worker_key;
   service_ = std::make_unique<DecodeService>(
-      DecodeServiceParts{&model_, leases_.get(), regions_.get(), batcher_.get(), transport_.get(),
-                         drafter_regions_.get(), state_regions_.get()},
+      DecodeServiceParts{&model_, leases_.get(), regions_.get(), batcher_.get(), transport_.get()},
       so);
   DQ_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                       worker::WorkerServerCredentials());
@@ -101,6 +96,8 @@ absl::Status DecodeServer::Init(const DecodeServerOptions& o) {
       *server_, std::vector<std::string>{dqserve::v1::DecodeWorker::service_full_name()}, nullptr);
   identity_ = worker::WorkerIdentityOf(model_, {"decode", address_, {o.transport}});
   identity_.set_prefix_cache(o.prefix_cache);
+  // What its leases hold, part by part (a drafter's KV included), as its peers must know it.
+  *identity_.mutable_manifest() = regions_->manifest();
   // The identity names the bound port, known only now; no call reads it before Start returns
   // except Handshake/Health racing a client that guessed the port.
   service_->set_identity(identity_);
@@ -125,8 +122,7 @@ absl::Status DecodeServer::SetUpStateSlots(const DecodeServerOptions& o) {
         " is a hybrid model whose recurrent state cannot roll back to the accepted position "
         "yet, so speculative decoding would not be lossless; run it with --speculative none"));
   }
-  state_regions_ = std::make_unique<StateSlotRegions>(
-      *transport_, model_.runner->kv_pool().state_slots(), *model_.state_slot);
+  regions_->AddStateSlots(model_.runner->kv_pool().state_slots(), *model_.state_slot);
   spdlog::info("dq-decode: {} keeps {} recurrent state slots of {} bytes ({} layers)", arch,
                model_.runner->kv_pool().state_slots().num_slots(),
                model_.runner->kv_pool().state_slots().slot_bytes(),
@@ -213,21 +209,21 @@ absl::Status DecodeServer::CreateSelfDrafter(const DecodeServerOptions& o,
   // A device-memory transport (nccl) writes device memory only: the drafter's prompt KV is
   // then computed here (no host staging buffer it could write).
   if (!transport_->supports_device_memory()) {
-    drafter_regions_ = std::make_unique<DrafterKvRegions>(
-        *transport_, *drafter_staging_, worker::DrafterKvLayout(d->runner(), *drafter_staging_),
-        worker::DrafterFingerprint(*drafter_weights_));
+    const std::string fingerprint = worker::DrafterFingerprint(*drafter_weights_);
+    regions_->AddDrafterKv(*drafter_staging_,
+                           worker::DrafterKvLayout(d->runner(), *drafter_staging_), fingerprint);
     spdlog::info(
         "dq-decode: self drafter {} ({}), prompt KV from the prefill worker when it "
         "runs the same drafter",
-        o.drafter.weights.empty() ? o.drafter.format : o.drafter.weights,
-        drafter_regions_->fingerprint());
+        o.drafter.weights.empty() ? o.drafter.format : o.drafter.weights, fingerprint);
   }
-  bo->begin_draft = [d, regions = drafter_regions_.get()](
+  bo->begin_draft = [d, regions = regions_.get()](
                         uint64_t sequence, std::span<const int32_t> prompt,
                         const ShippedDrafterKv* shipped) -> absl::StatusOr<v1::DrafterPrompt> {
-    if (shipped != nullptr && regions != nullptr) {
-      DQ_RETURN_IF_ERROR(d->BeginWithKv(
-          sequence, prompt, [&](const KvSequence& kv) { return regions->Land(*shipped, kv); }));
+    if (shipped != nullptr && regions->has_drafter_kv()) {
+      DQ_RETURN_IF_ERROR(d->BeginWithKv(sequence, prompt, [&](const KvSequence& kv) {
+        return regions->LandDrafterKv(*shipped, kv);
+      }));
       return v1::DRAFTER_PROMPT_SHIPPED;
     }
     DQ_RETURN_IF_ERROR(d->Begin(sequence, prompt));
@@ -261,25 +257,25 @@ absl::Status DecodeServer::CreateDFlashDrafter(const DecodeServerOptions& o,
   DFlashDrafter* dd = dflash.get();
   drafter_ = std::move(dflash);
   bo->drafter = drafter_.get();
+  std::string shipped_as = "not over this transport";
   if (!transport_->supports_device_memory()) {
-    drafter_regions_ = std::make_unique<DrafterKvRegions>(
-        *transport_, *drafter_staging_,
-        worker::DrafterKvLayout("dflash", dd->kv_pool(), *drafter_staging_),
-        worker::DFlashFingerprint(dd->config(), *dflash_checkpoint_));
+    shipped_as = worker::DFlashFingerprint(dd->config(), *dflash_checkpoint_);
+    regions_->AddDrafterKv(*drafter_staging_,
+                           worker::DrafterKvLayout("dflash", dd->kv_pool(), *drafter_staging_),
+                           shipped_as);
   }
   spdlog::info(
       "dq-decode: dflash drafter {} ({} layers, block {}, target layers {}), prompt context "
       "from the prefill worker when it runs the same drafter ({})",
       o.drafter.weights, dd->config().layers.num_layers, dd->config().block_size,
-      dd->target_layers().size(),
-      drafter_regions_ ? drafter_regions_->fingerprint() : "not over this transport");
-  bo->begin_draft = [dd, runner = model_.runner.get(), regions = drafter_regions_.get()](
+      dd->target_layers().size(), shipped_as);
+  bo->begin_draft = [dd, runner = model_.runner.get(), regions = regions_.get()](
                         uint64_t sequence, std::span<const int32_t> prompt,
                         const ShippedDrafterKv* shipped) -> absl::StatusOr<v1::DrafterPrompt> {
-    if (shipped != nullptr && regions != nullptr) {
-      const absl::Status landed =
-          dd->BeginWithContext(sequence, static_cast<int>(prompt.size()),
-                               [&](const KvSequence& kv) { return regions->Land(*shipped, kv); });
+    if (shipped != nullptr && regions->has_drafter_kv()) {
+      const absl::Status landed = dd->BeginWithContext(
+          sequence, static_cast<int>(prompt.size()),
+          [&](const KvSequence& kv) { return regions->LandDrafterKv(*shipped, kv); });
       if (landed.ok()) return v1::DRAFTER_PROMPT_SHIPPED;
       // The recomputed context waits for pool room if that was short; drafting starts then.
       spdlog::warn("dq-decode: the shipped dflash context did not land ({}); computing it here",

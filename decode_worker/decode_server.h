@@ -14,9 +14,8 @@
 
 #include "decode_worker/decode_batcher.h"
 #include "decode_worker/decode_service.h"
-#include "decode_worker/drafter_kv_regions.h"
 #include "decode_worker/kv_lease_table.h"
-#include "decode_worker/lease_regions.h"
+#include "decode_worker/lease_part_regions.h"
 #include "kvtransfer/transport.h"
 #include "proto/grpc_standard_services.h"
 #include "worker_common/drafter_weights.h"
@@ -50,7 +49,7 @@ struct DecodeServerOptions {
   bool prefix_cache = false;
   std::string assistant_kv = "reprefill";
   // Tests: lease regions are the "device" cache's blocks although the transport moves host
-  // memory (LeaseRegions' direct_for_tests).
+  // memory (LeasePartRegions' direct_for_tests).
   bool direct_for_tests = false;
 };
 
@@ -73,10 +72,9 @@ class DecodeServer {
   void Shutdown(std::chrono::milliseconds grace);
 
   KvLeaseTable& leases() { return *leases_; }
-  LeaseRegions& regions() { return *regions_; }
+  // Every lease part's transfer regions (its manifest: the worker's identity's).
+  LeasePartRegions& regions() { return *regions_; }
   DecodeBatcher& batcher() { return *batcher_; }
-  // The self drafter's shipped-KV regions (null without a self drafter, or over nccl).
-  DrafterKvRegions* drafter_regions() { return drafter_regions_.get(); }
 
  private:
   explicit DecodeServer(worker::PhaseModel& model) : model_(model) {}
@@ -84,8 +82,8 @@ class DecodeServer {
   // The drafter that options.speculative names, into the batcher's options.
   // --prefix-cache / --assistant-kv: the lease table's cache and what finished requests keep.
   absl::Status SetUpPrefixCache(const DecodeServerOptions& o, DecodeBatcherOptions* bo);
-  // A hybrid model: its state slots' transfer regions; refuses what the state cannot do yet
-  // (prefix caching, speculative decoding).
+  // A hybrid model: its state slot part; refuses what the state cannot do yet (prefix caching,
+  // speculative decoding).
   absl::Status SetUpStateSlots(const DecodeServerOptions& o);
   absl::Status CreateServingDrafter(const DecodeServerOptions& o, DecodeBatcherOptions* bo);
   // The self drafter, its cache's staging and regions, and how its sequences begin.
@@ -98,13 +96,11 @@ class DecodeServer {
   worker::PhaseModel& model_;
   std::unique_ptr<kvtransfer::Transport> transport_;
   std::unique_ptr<KvLeaseTable> leases_;
-  std::unique_ptr<LeaseRegions> regions_;
-  std::unique_ptr<StateSlotRegions> state_regions_;  // a hybrid model's; null otherwise
+  std::unique_ptr<LeasePartRegions> regions_;
   std::unique_ptr<Model> drafter_weights_;  // the self drafter's (before drafter_: it maps them)
   std::unique_ptr<Checkpoint> dflash_checkpoint_;  // the DFlash drafter's, likewise
   std::unique_ptr<Drafter> drafter_;               // null: plain decoding
   std::unique_ptr<worker::KvStaging> drafter_staging_;
-  std::unique_ptr<DrafterKvRegions> drafter_regions_;
   std::unique_ptr<DecodeBatcher> batcher_;
   std::unique_ptr<DecodeService> service_;
   std::unique_ptr<grpc::Server> server_;

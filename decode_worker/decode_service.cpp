@@ -67,19 +67,11 @@ grpc::Status DecodeService::Reserve(grpc::ServerContext* context, const v1::Rese
   auto lease = p_.leases->Reserve(r->request_id(), tokens, *ttl,
                                   prompt.size() == r->num_tokens() ? prompt : prompt.first(0));
   if (!lease.ok()) return ToGrpc(lease.status());
-  auto endpoint = p_.regions->Register(*lease, static_cast<int>(r->num_tokens()));
-  if (!endpoint.ok()) {
+  // Every part of the manifest; the free hook releases their regions with the lease.
+  auto parts = p_.regions->Register(*lease, static_cast<int>(r->num_tokens()));
+  if (!parts.ok()) {
     (void)p_.leases->Release(lease->lease_id);
-    return ToGrpc(endpoint.status());
-  }
-  v1::StatePart* target = out->add_parts();
-  target->set_role(v1::STATE_PART_ROLE_TARGET);
-  target->set_kind(v1::STATE_PART_KIND_PAGED_KV);
-  target->set_required(true);
-  *target->mutable_endpoint() = std::move(*endpoint);
-  if (absl::Status parts = AddParts(*lease, static_cast<int>(r->num_tokens()), out); !parts.ok()) {
-    (void)p_.leases->Release(lease->lease_id);
-    return ToGrpc(parts);
+    return ToGrpc(parts.status());
   }
   // A ttl shorter than registration can end the lease before its regions were recorded, so the
   // free hook missed them; never hand out regions over blocks the pool may reuse.
@@ -97,40 +89,15 @@ grpc::Status DecodeService::Reserve(grpc::ServerContext* context, const v1::Rese
   }
   out->set_lease_id(lease->lease_id);
   out->set_request_id(lease->request_id);
-  for (const BlockRun& run : lease->runs) {
-    v1::BlockRun* b = target->add_blocks();
-    b->set_start_block(run.start);
-    b->set_count(run.count);
-  }
+  for (v1::StatePart& part : *parts) *out->add_parts() = std::move(part);
   out->set_ttl_ms(static_cast<uint32_t>(ttl->count()));
-  target->set_cached_tokens(static_cast<uint32_t>(lease->cached_tokens));
-  *target->mutable_kv_layout() = worker::KvLayoutOf(*p_.model);
   spdlog::debug("dq-decode: {} reserved {} for {} tokens ({} blocks in {} runs, {} tokens cached)",
                 r->request_id(), lease->lease_id, tokens, lease->blocks.size(), lease->runs.size(),
                 lease->cached_tokens);
   return grpc::Status::OK;
 }
 
-absl::Status DecodeService::AddParts(const KvLease& lease, int prompt_tokens, v1::KvLease* out) {
-  if (p_.drafter_regions != nullptr) {
-    // The drafter's layers beside the target's; the free hook releases them with the lease.
-    DQ_ASSIGN_OR_RETURN(v1::StatePart drafter,
-                        p_.drafter_regions->Register(lease.lease_id, prompt_tokens));
-    *out->add_parts() = std::move(drafter);
-  }
-  if (p_.state_regions != nullptr) {
-    // The recurrent state after the whole prompt; the free hook releases it with the lease.
-    DQ_ASSIGN_OR_RETURN(v1::StatePart state, p_.state_regions->Register(lease));
-    *out->add_parts() = std::move(state);
-  }
-  return absl::OkStatus();
-}
-
-void DecodeService::ReleaseRegions(const std::string& lease_id) {
-  p_.regions->Release(lease_id);
-  if (p_.drafter_regions != nullptr) p_.drafter_regions->Release(lease_id);
-  if (p_.state_regions != nullptr) p_.state_regions->Release(lease_id);
-}
+void DecodeService::ReleaseRegions(const std::string& lease_id) { p_.regions->Release(lease_id); }
 
 absl::StatusOr<DecodeJob> DecodeService::JobOf(const v1::DecodeRequest& r) const {
   const ModelConfig& c = p_.model->runner->config();
@@ -145,7 +112,7 @@ absl::StatusOr<DecodeJob> DecodeService::JobOf(const v1::DecodeRequest& r) const
                                                    commit.first_token(), " is not in [0, ",
                                                    c.vocab_size, ")"));
   }
-  if (p_.state_regions != nullptr &&
+  if (p_.regions->has_state_slots() &&
       !worker::PartWritten(commit, v1::STATE_PART_ROLE_TARGET, v1::STATE_PART_KIND_STATE_SLOT)) {
     // Decoding from a zero (or half-written) recurrent state would be garbage, silently.
     const std::string why =
@@ -179,9 +146,9 @@ absl::StatusOr<DecodeJob> DecodeService::JobOf(const v1::DecodeRequest& r) const
   }
   job.prompt.assign(r.prompt_token_ids().begin(), r.prompt_token_ids().end());
   job.speculate = !r.no_speculation();
-  if (p_.drafter_regions != nullptr && job.speculate) {
+  if (p_.regions->has_drafter_kv() && job.speculate) {
     if (worker::PartWritten(commit, v1::STATE_PART_ROLE_DRAFTER)) {
-      job.drafter_kv = p_.drafter_regions->Take(job.lease_id);
+      job.drafter_kv = p_.regions->TakeDrafterKv(job.lease_id);
     } else {
       const std::string why = worker::PartSkipped(commit, v1::STATE_PART_ROLE_DRAFTER);
       spdlog::info("dq-decode: {}: computing the drafter's prompt KV here: {}", r.request_id(),

@@ -1,17 +1,15 @@
 // The dqserve.v1.DecodeWorker gRPC service: leases KV blocks to prefill workers (Reserve),
 // streams the decode of committed leases (Decode), and frees what the router gives up (Release,
-// Abort). Thin: leases live in KvLeaseTable, transfer regions in LeaseRegions, the model in
-// DecodeBatcher.
+// Abort). Thin: leases live in KvLeaseTable, every part's transfer regions in LeasePartRegions,
+// the model in DecodeBatcher.
 #pragma once
 
 #include <mutex>
 #include <string>
 
 #include "decode_worker/decode_batcher.h"
-#include "decode_worker/drafter_kv_regions.h"
 #include "decode_worker/kv_lease_table.h"
-#include "decode_worker/lease_regions.h"
-#include "decode_worker/state_slot_regions.h"
+#include "decode_worker/lease_part_regions.h"
 #include "dqserve/v1/worker.grpc.pb.h"
 #include "kvtransfer/transport.h"
 #include "worker_common/caller_check.h"
@@ -29,13 +27,10 @@ struct DecodeServiceOptions {
 struct DecodeServiceParts {
   worker::PhaseModel* model = nullptr;
   KvLeaseTable* leases = nullptr;
-  LeaseRegions* regions = nullptr;
+  // Every lease part's regions: the target's KV, a hybrid model's state slot, a drafter's KV.
+  LeasePartRegions* regions = nullptr;
   DecodeBatcher* batcher = nullptr;
   kvtransfer::Transport* transport = nullptr;
-  // The self drafter's shipped prompt KV (null: none; its lease part stays unset).
-  DrafterKvRegions* drafter_regions = nullptr;
-  // A hybrid model's state slots (null: a pure-attention model; no state slot part).
-  StateSlotRegions* state_regions = nullptr;
 };
 
 class DecodeService final : public dqserve::v1::DecodeWorker::Service {
@@ -68,9 +63,6 @@ class DecodeService final : public dqserve::v1::DecodeWorker::Service {
       const dqserve::v1::ReserveRequest& request) const;
   // The job for a Decode request (sampling validated against the model).
   absl::StatusOr<DecodeJob> JobOf(const dqserve::v1::DecodeRequest& request) const;
-  // Adds the lease's parts beside the target's KV (a drafter's KV, the state slot) to `out`;
-  // on error the caller releases the lease.
-  absl::Status AddParts(const KvLease& lease, int prompt_tokens, dqserve::v1::KvLease* out);
   // Releases the lease's transfer regions (the prefill worker is done writing).
   void ReleaseRegions(const std::string& lease_id);
   // Forwards the stream's tokens to the client until it ends or the client goes away.

@@ -6,6 +6,7 @@
 #include "common/logging.h"
 #include "worker_common/lease_parts.h"
 #include "worker_common/proto_convert.h"
+#include "worker_common/sequence_manifest.h"
 #include "worker_common/worker_identity.h"
 #include "worker_common/worker_status.h"
 
@@ -46,7 +47,16 @@ PrefillService::PrefillService(const worker::PhaseModel& model, PrefillBatcher& 
       senders_(senders),
       options_(options),
       caller_(options.worker_key),
-      identity_(worker::WorkerIdentityOf(model, IdentityOptionsFor(options, senders))) {}
+      identity_(worker::WorkerIdentityOf(model, IdentityOptionsFor(options, senders))) {
+  if (options.drafter != nullptr) {
+    // The drafter KV it can write beside the target's (optional: a decode worker with another
+    // drafter computes its own).
+    worker::AddManifestPart(
+        identity_.mutable_manifest(),
+        worker::PagedKvPart(v1::STATE_PART_ROLE_DRAFTER, options.drafter->layout(),
+                            options.drafter->fingerprint()));
+  }
+}
 
 v1::WorkerIdentity PrefillService::identity() const {
   std::lock_guard lock(identity_mu_);
@@ -86,7 +96,9 @@ absl::Status PrefillService::CheckPrompt(const v1::PrefillRequest& request) cons
 absl::Status PrefillService::CheckLease(const v1::KvLease& lease) const {
   DQ_RETURN_IF_ERROR(worker::CheckLeaseParts(lease));
   const v1::StatePart& target = *worker::FindPart(lease, v1::STATE_PART_ROLE_TARGET);
-  const std::string mismatch = worker::KvLayoutMismatch(target.kv_layout(), identity().kv_layout());
+  // Against this worker's manifest part (its layout and KV layers), as at handshake.
+  const std::string mismatch =
+      worker::PartLayoutMismatch(target, identity().manifest().parts(0));
   if (!mismatch.empty()) {
     return absl::FailedPreconditionError(
         absl::StrCat("lease ", lease.lease_id(), " is for another KV layout: ", mismatch));
@@ -287,9 +299,15 @@ grpc::Status PrefillService::Handshake(grpc::ServerContext* context,
                                        const v1::HandshakeRequest* request,
                                        v1::HandshakeResponse* response) {
   if (grpc::Status caller = caller_.Check(*context); !caller.ok()) return caller;
-  *response = worker::AnswerHandshake(identity(), *request);
+  const v1::WorkerIdentity self = identity();
+  *response = worker::AnswerHandshake(self, *request);
   if (!response->kv_layout_compatible()) {
     spdlog::warn("handshake from {}: {}", request->caller(), response->mismatch());
+  } else if (const std::string drafters = worker::OptionalPartDifferences(
+                 request->expected_manifest(), self.manifest(), "the decode worker");
+             !drafters.empty() && request->expected_manifest().parts_size() > 0) {
+    spdlog::info("handshake from {}: {}; the decode worker computes such drafter KV itself",
+                 request->caller(), drafters);
   }
   return grpc::Status::OK;
 }

@@ -253,7 +253,11 @@ void WorkerRegistry::Handshake(WorkerRole role, size_t index,
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + options_.rpc_timeout);
   v1::HandshakeRequest request;
-  if (expected) *request.mutable_expected_kv_layout() = *expected;
+  if (expected) {
+    *request.mutable_expected_kv_layout() = *expected;
+    std::lock_guard lock(mu_);  // the worker compares manifests (FAILURE_REASON_MANIFEST_MISMATCH)
+    *request.mutable_expected_manifest() = reference_manifest_;
+  }
   request.set_caller(options_.caller);
   v1::HandshakeResponse response;
   const grpc::Status s = role == WorkerRole::kPrefill
@@ -292,8 +296,11 @@ void WorkerRegistry::ApplyHandshake(WorkerRole role, size_t index,
                                 std::string(WorkerRoleName(role)), "; fix the router's flags");
       } else if (expected) {
         mismatch = DescribeLayoutMismatch(*expected, st.identity.kv_layout());
+        // A manifest mismatch (the worker's own check) says itself what differs and what to do.
+        const bool manifest = mismatch.empty() && !response->kv_layout_compatible() &&
+                              response->reason() == v1::FAILURE_REASON_MANIFEST_MISMATCH;
         if (mismatch.empty() && !response->kv_layout_compatible()) mismatch = response->mismatch();
-        if (!mismatch.empty()) {
+        if (!mismatch.empty() && !manifest) {
           mismatch = absl::StrCat("KV layout differs from the decode workers' (", mismatch,
                                   "); run both phases with the same architecture, KV dtype and "
                                   "block size");
@@ -308,6 +315,7 @@ void WorkerRegistry::ApplyHandshake(WorkerRole role, size_t index,
       } else {
         if (role == WorkerRole::kDecode && !reference_layout_) {
           reference_layout_ = st.identity.kv_layout();
+          reference_manifest_ = st.identity.manifest();
         }
         spdlog::info("{} worker {}: {}", WorkerRoleName(role), st.address,
                      IdentityText(st.identity));
@@ -348,6 +356,7 @@ void WorkerRegistry::ApplyHealth(WorkerRole role, size_t index,
       const bool identity_changed =
           response->has_identity() &&
           (id.kv_layout().SerializeAsString() != st.identity.kv_layout().SerializeAsString() ||
+           id.manifest().hash() != st.identity.manifest().hash() ||
            id.checkpoint().SerializeAsString() != st.identity.checkpoint().SerializeAsString());
       if (identity_changed) {
         // A restart with other weights or layout between two probes: check it again.

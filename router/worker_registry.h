@@ -184,6 +184,8 @@ class WorkerRegistry {
   std::vector<std::unique_ptr<Worker>> prefill_;
   std::vector<std::unique_ptr<Worker>> decode_;
   std::optional<dqserve::v1::KvLayout> reference_layout_;
+  // The first decode worker's sequence manifest, sent with the layout on every handshake.
+  dqserve::v1::SequenceManifest reference_manifest_;
   size_t rotation_ = 0;  // rotates tie-breaks between equally loaded workers
   DownCallback on_down_;
 

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "engine/spec/draft_model.h"
+#include "worker_common/sequence_manifest.h"
 
 namespace dq::worker {
 namespace {
@@ -88,28 +89,14 @@ std::string DFlashFingerprint(const DFlashConfig& config, const Checkpoint& draf
 }
 
 dqserve::v1::KvLayout DrafterKvLayout(ModelRunner& runner, const KvStaging& staging) {
-  const ModelConfig& c = runner.config();
-  dqserve::v1::KvLayout l;
-  l.set_architecture(c.architecture);
-  l.set_num_layers(c.num_layers);
-  l.set_num_kv_heads(c.num_kv_heads);
-  l.set_head_dim(c.head_dim);
-  l.set_kv_dtype(std::string(staging.kv_dtype()));
-  l.set_block_size(runner.kv_pool().block_size());
-  return l;
+  return PagedKvLayout(runner.config().architecture, runner.config().num_layers,
+                       runner.kv_pool().options(), staging.kv_dtype(),
+                       runner.sequence_state().kv_layer_ids);
 }
 
 dqserve::v1::KvLayout DrafterKvLayout(const std::string& architecture, const KvBlockPool& pool,
                                       const KvStaging& staging) {
-  const KvCacheOptions& o = pool.options();
-  dqserve::v1::KvLayout l;
-  l.set_architecture(architecture);
-  l.set_num_layers(o.num_layers);
-  l.set_num_kv_heads(o.num_kv_heads);
-  l.set_head_dim(o.head_dim);
-  l.set_kv_dtype(std::string(staging.kv_dtype()));
-  l.set_block_size(o.block_size);
-  return l;
+  return PagedKvLayout(architecture, pool.options().num_layers, pool.options(), staging.kv_dtype());
 }
 
 }  // namespace dq::worker

@@ -111,10 +111,10 @@ absl::StatusOr<std::unique_ptr<PhaseModel>> LoadPhaseModel(const PhaseModelOptio
         ": it needs every layer linear in FP8 W8A8, and on a GPU head_dim 128 and 1, 2, 4, 8 or "
         "16 KV heads; use --attention bf16"));
   }
-  // A hybrid model's recurrent state travels as the lease's state slot part.
-  DQ_ASSIGN_OR_RETURN(
-      pm->state_slot,
-      StateSlotLayoutFor(pm->runner->config(), pm->runner->kv_pool().state_slots().slot_floats()));
+  // A hybrid model's recurrent state travels as the lease's state slot part, laid out as the
+  // program declares it.
+  DQ_ASSIGN_OR_RETURN(pm->state_slot, StateSlotLayoutFor(pm->runner->config().architecture,
+                                                         pm->runner->sequence_state()));
   DQ_ASSIGN_OR_RETURN(pm->kv_staging, CreateKvStaging(*pm->runner, pm->device));
   pm->grammars = std::make_shared<grammar::GrammarCache>(grammar::TokenVocabulary::FromTokenizer(
       pm->model->tokenizer, pm->runner->config().vocab_size, pm->model->config.eos_token_ids));

@@ -5,22 +5,29 @@
 namespace dq::worker {
 namespace v1 = dqserve::v1;
 
-absl::StatusOr<std::optional<v1::StateSlotLayout>> StateSlotLayoutFor(const ModelConfig& config,
-                                                                      int64_t slot_floats) {
-  if (slot_floats <= 0) return std::optional<v1::StateSlotLayout>();
+absl::StatusOr<std::optional<v1::StateSlotLayout>> StateSlotLayoutFor(
+    const std::string& architecture, const SequenceStateSpec& state) {
+  if (!state.has_slot()) return std::optional<v1::StateSlotLayout>();
+  const size_t n = state.recurrent_layer_ids.size();
+  if (n == 0 || state.recurrent_layer_floats.size() != n) {
+    return absl::InternalError(absl::StrCat(architecture, "'s program keeps a state slot of ",
+                                            state.slot_floats,
+                                            " floats but names no recurrent layers"));
+  }
   v1::StateSlotLayout l;
-  l.set_architecture(config.architecture);
-  for (int layer = 0; layer < config.num_layers; ++layer) {
-    if (config.is_linear_layer(layer)) l.add_layers(static_cast<uint32_t>(layer));
+  l.set_architecture(architecture);
+  // ModelProgram::Finalize lays the blocks' states out in program order, one after another.
+  for (size_t i = 0; i < n; ++i) {
+    if (state.recurrent_layer_floats[i] != state.recurrent_layer_floats[0]) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(architecture, "'s recurrent layers ", state.recurrent_layer_ids[0], " and ",
+                       state.recurrent_layer_ids[i], " keep states of ",
+                       state.recurrent_layer_floats[0], " and ", state.recurrent_layer_floats[i],
+                       " floats; the workers ship only slots of equal layer states"));
+    }
+    l.add_layers(static_cast<uint32_t>(state.recurrent_layer_ids[i]));
   }
-  // ModelProgram::Finalize lays the blocks' states out in program order, one after another; the
-  // manifest says where layer i starts only as i * layer_bytes.
-  if (l.layers_size() == 0 || slot_floats % l.layers_size() != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        config.architecture, "'s state slot (", slot_floats, " floats) does not split into ",
-        l.layers_size(), " equal layer states; the workers cannot ship it"));
-  }
-  l.set_layer_bytes(static_cast<uint64_t>(slot_floats / l.layers_size()) * sizeof(float));
+  l.set_layer_bytes(static_cast<uint64_t>(state.recurrent_layer_floats[0]) * sizeof(float));
   l.set_dtype("f32");  // the CPU backend's state (the only one that runs recurrent layers)
   return std::optional<v1::StateSlotLayout>(std::move(l));
 }

@@ -1,22 +1,24 @@
 // The manifest's view of a hybrid model's fixed per-sequence state (StatePart kind
 // STATE_PART_KIND_STATE_SLOT): which layers the slot holds, the bytes of each, the dtype.
-// Declared from the model program (its Gated DeltaNet blocks size the pool's state slots through
-// SequenceStateSpec; the config says which layers they are), once, for both workers.
+// Declared from the model program (its Gated DeltaNet blocks, in program order, through
+// SequenceStateSpec: which layers they are and how many floats each keeps), once, for both
+// workers.
 #pragma once
 
 #include <optional>
+#include <string>
 
 #include "common/status.h"
 #include "dqserve/v1/worker.pb.h"
-#include "engine/model/model_config.h"
+#include "engine/model/model_program.h"
 
 namespace dq::worker {
 
-// The layout of a slot of `slot_floats` fp32 values (the runner's pool state slots) for
-// `config`'s recurrent layers; nullopt for a model without recurrent state (slot_floats 0).
-// FailedPrecondition when the slot does not split into equal per-layer parts, one per linear
-// layer of the config (a program this manifest cannot describe).
+// The layout of the slot that `state` (a program's sequence state) declares, for a model of
+// `architecture`; nullopt for a program without recurrent state. FailedPrecondition when the
+// program's recurrent layers keep states of different sizes (the manifest says where layer i
+// starts only as i * layer_bytes, so it cannot describe such a program yet).
 absl::StatusOr<std::optional<dqserve::v1::StateSlotLayout>> StateSlotLayoutFor(
-    const ModelConfig& config, int64_t slot_floats);
+    const std::string& architecture, const SequenceStateSpec& state);
 
 }  // namespace dq::worker

@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "worker_common/sequence_manifest.h"
+#include "worker_common/worker_status.h"
 
 #ifndef DQ_VERSION
 #define DQ_VERSION "unknown"
@@ -15,15 +17,10 @@ namespace v1 = dqserve::v1;
 
 v1::KvLayout KvLayoutOf(const PhaseModel& pm) {
   const ModelConfig& c = pm.runner->config();
-  v1::KvLayout l;
-  l.set_architecture(c.architecture);
-  l.set_num_layers(c.num_layers);
-  l.set_num_kv_heads(c.num_kv_heads);
-  l.set_head_dim(c.head_dim);
   // f32 on the CPU, bf16 on CUDA: a CPU worker and a GPU worker cannot share KV.
-  l.set_kv_dtype(pm.kv_staging ? std::string(pm.kv_staging->kv_dtype()) : "f32");
-  l.set_block_size(pm.runner->kv_pool().block_size());
-  return l;
+  const std::string dtype = pm.kv_staging ? std::string(pm.kv_staging->kv_dtype()) : "f32";
+  return PagedKvLayout(c.architecture, c.num_layers, pm.runner->kv_pool().options(), dtype,
+                       pm.runner->sequence_state().kv_layer_ids);
 }
 
 namespace {
@@ -56,6 +53,7 @@ v1::WorkerIdentity WorkerIdentityOf(const PhaseModel& pm, const IdentityOptions&
   id.set_role(o.role);
   id.set_address(o.address);
   *id.mutable_kv_layout() = KvLayoutOf(pm);
+  *id.mutable_manifest() = ManifestOf(pm);
   *id.mutable_checkpoint() = CheckpointIdentityOf(pm);
   for (const std::string& t : o.transports) id.add_transports(t);
   id.set_version(VersionString());
@@ -90,8 +88,17 @@ v1::HandshakeResponse AnswerHandshake(const v1::WorkerIdentity& self,
   *r.mutable_worker() = self;
   const bool check =
       request.has_expected_kv_layout() && !request.expected_kv_layout().architecture().empty();
-  const std::string mismatch =
+  std::string mismatch =
       check ? KvLayoutMismatch(request.expected_kv_layout(), self.kv_layout()) : "";
+  if (mismatch.empty() && request.expected_manifest().parts_size() > 0) {
+    // The KV layouts agree, yet a sequence may own more (a state slot) or other KV layers.
+    const absl::Status s =
+        CheckManifest(request.expected_manifest(), self.manifest(), "the peer workers");
+    if (!s.ok()) {
+      mismatch = std::string(s.message());
+      r.set_reason(FailureReasonOf(s));
+    }
+  }
   r.set_kv_layout_compatible(mismatch.empty());
   r.set_mismatch(mismatch);
   return r;

@@ -24,12 +24,17 @@ SequenceStateSpec ModelProgram::Finalize() {
 
 SequenceStateSpec ModelProgram::state() const {
   SequenceStateSpec s;
-  for (const ProgramLayer& l : layers) {
-    for (const Block& b : l.blocks) {
-      s.kv_layers += std::holds_alternative<AttentionBlock>(b);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    for (const Block& b : layers[i].blocks) {
+      if (std::holds_alternative<AttentionBlock>(b)) {
+        ++s.kv_layers;
+        s.kv_layer_ids.push_back(static_cast<int>(i));
+      }
       if (const auto* g = std::get_if<GatedDeltaBlock>(&b)) {
         ++s.recurrent_layers;
         s.slot_floats += g->state_floats();
+        s.recurrent_layer_ids.push_back(static_cast<int>(i));
+        s.recurrent_layer_floats.push_back(g->state_floats());
       }
     }
   }

@@ -215,6 +215,11 @@ struct SequenceStateSpec {
   // Gated DeltaNet block, constant in the sequence's length; 0 for a pure-attention program.
   int recurrent_layers = 0;
   int64_t slot_floats = 0;
+  // The model layer of each paged K/V layer and of each recurrent state, in program order (the
+  // order of the pool's layers and of the slot's parts), and each recurrent state's floats.
+  std::vector<int> kv_layer_ids;
+  std::vector<int> recurrent_layer_ids;
+  std::vector<int64_t> recurrent_layer_floats;
   bool has_slot() const { return slot_floats > 0; }
 };
 

@@ -107,8 +107,10 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
   if (options.backend) {
     DQ_ASSIGN_OR_RETURN(BackendModels models, options.backend(*prefill_model, *decode_model, kv));
     kv.host_storage = false;  // the backend holds the cache; the pool hands out block ids
-    return std::unique_ptr<ModelRunner>(
+    std::unique_ptr<ModelRunner> runner(
         new ModelRunner(std::move(models.prefill), std::move(models.decode), nullptr, kv, threads));
+    runner->sequence_state_ = state;
+    return runner;
   }
   // Phase-gated (DecoderModelOptions), so a prefill model shared with decode is fine.
   DecoderModelOptions prefill_options = options.cpu_prefill;
@@ -121,8 +123,10 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
     decode_options.q8_decode = prefill_options.q8_decode;
     DQ_RETURN_IF_ERROR(decode_model->SetOptions(decode_options));
   }
-  return std::unique_ptr<ModelRunner>(
+  std::unique_ptr<ModelRunner> runner(
       new ModelRunner(prefill_model, decode_model, prefill_model, kv, threads));
+  runner->sequence_state_ = state;
+  return runner;
 }
 
 bool ModelRunner::CanSampleOnDevice(const Batch& batch, std::span<Sampler* const> samplers,

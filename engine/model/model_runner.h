@@ -74,6 +74,9 @@ class ModelRunner {
                                                              const ModelRunnerOptions& options);
 
   const ModelConfig& config() const { return decode_->config(); }
+  // What each sequence owns, as the decode model's program declares it (the KV pool and the
+  // state slots are sized from it; the workers' sequence manifest describes it).
+  const SequenceStateSpec& sequence_state() const { return sequence_state_; }
   KvBlockPool& kv_pool() { return pool_; }
   ThreadPool& threads() { return threads_; }
   // "cpu" or "cuda".
@@ -136,6 +139,7 @@ class ModelRunner {
   std::shared_ptr<DecoderModel> cpu_prefill_;  // null on other backends
   KvBlockPool pool_;
   ThreadPool threads_;
+  SequenceStateSpec sequence_state_;
 };
 
 }  // namespace dq

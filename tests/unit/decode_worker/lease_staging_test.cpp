@@ -8,7 +8,7 @@
 
 #include <cstring>
 
-#include "decode_worker/lease_regions.h"
+#include "decode_worker/lease_part_regions.h"
 #include "tests/unit/decode_worker/decode_worker_fixture.h"
 
 namespace dq::decode::testing {
@@ -99,19 +99,21 @@ class FakeDevice final : public worker::KvStaging {
 // The byte a test writes into every byte of (tensor, layer, prompt block i).
 char Pattern(int t, int layer, int i) { return static_cast<char>(1 + t * 64 + layer * 16 + i); }
 
-TEST(LeaseRegions, StagedLeaseLandsInItsBlocksAtCommit) {
+TEST(LeasePartRegions, StagedLeaseLandsInItsBlocksAtCommit) {
   const KvTensorLayout cache{2, 40, 4, 64};
   FakeDevice device(cache);
   auto transport = kvtransfer::CreateTransport({.kind = "local"});
   ASSERT_TRUE(transport.ok()) << transport.status();
-  LeaseRegions regions(**transport, device);
+  LeasePartRegions regions(**transport, device, dqserve::v1::KvLayout());
 
   KvLease lease;
   lease.lease_id = "lease-1";
   lease.blocks = {5, 20, 21, 22, 30};  // the last block is for generated tokens
   lease.runs = ToBlockRuns(lease.blocks);
-  auto endpoint = regions.Register(lease, /*prompt_tokens=*/4 * 4 - 2);  // 4 blocks
-  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  auto parts = regions.Register(lease, /*prompt_tokens=*/4 * 4 - 2);  // 4 blocks
+  ASSERT_TRUE(parts.ok()) << parts.status();
+  ASSERT_EQ(parts->size(), 1u);  // the target's KV only
+  const dqserve::v1::KvEndpoint* endpoint = &(*parts)[0].endpoint();
   EXPECT_EQ(device.allocations, 1);
   EXPECT_EQ(endpoint->transport(), "local");
   ASSERT_EQ(endpoint->regions_size(), 8);
@@ -171,19 +173,20 @@ TEST(LeaseRegions, StagedLeaseLandsInItsBlocksAtCommit) {
 }
 
 // Direct (nccl): the regions are the cache's blocks themselves; no staging buffer, nothing to land.
-TEST(LeaseRegions, DirectLeaseIsWrittenStraightIntoItsBlocks) {
+TEST(LeasePartRegions, DirectLeaseIsWrittenStraightIntoItsBlocks) {
   const KvTensorLayout cache{2, 40, 4, 64};
   FakeDevice device(cache, /*device_view=*/true);
   auto transport = kvtransfer::CreateTransport({.kind = "local"});
   ASSERT_TRUE(transport.ok()) << transport.status();
-  LeaseRegions regions(**transport, device, /*direct_for_tests=*/true);
+  LeasePartRegions regions(**transport, device, dqserve::v1::KvLayout(), /*direct_for_tests=*/true);
   EXPECT_TRUE(regions.direct());
   KvLease lease;
   lease.lease_id = "lease-d";
   lease.blocks = {5, 20, 21, 30};
   lease.runs = ToBlockRuns(lease.blocks);
-  auto endpoint = regions.Register(lease, /*prompt_tokens=*/3 * 4);  // blocks 5, 20, 21
-  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  auto parts = regions.Register(lease, /*prompt_tokens=*/3 * 4);  // blocks 5, 20, 21
+  ASSERT_TRUE(parts.ok()) << parts.status();
+  const dqserve::v1::KvEndpoint* endpoint = &(*parts)[0].endpoint();
   EXPECT_EQ(device.allocations, 0);  // no staging buffer
   ASSERT_EQ(endpoint->regions_size(), 8);
   std::vector<char> source(2 * cache.block_bytes);
@@ -218,19 +221,19 @@ TEST(LeaseRegions, DirectLeaseIsWrittenStraightIntoItsBlocks) {
   ASSERT_TRUE((*transport)->ReleaseRegion(src->id).ok());
 }
 
-TEST(LeaseRegions, DirectOnAHostCacheIsRefused) {
+TEST(LeasePartRegions, DirectOnAHostCacheIsRefused) {
   const KvTensorLayout cache{2, 40, 4, 64};
   FakeDevice device(cache, /*device_view=*/false);
   auto transport = kvtransfer::CreateTransport({.kind = "local"});
   ASSERT_TRUE(transport.ok());
-  LeaseRegions regions(**transport, device, /*direct_for_tests=*/true);
+  LeasePartRegions regions(**transport, device, dqserve::v1::KvLayout(), /*direct_for_tests=*/true);
   KvLease lease;
   lease.lease_id = "x";
   lease.blocks = {1};
   lease.runs = ToBlockRuns(lease.blocks);
-  auto endpoint = regions.Register(lease, 4);
-  ASSERT_FALSE(endpoint.ok());
-  EXPECT_EQ(endpoint.status().code(), absl::StatusCode::kFailedPrecondition);
+  auto parts = regions.Register(lease, 4);
+  ASSERT_FALSE(parts.ok());
+  EXPECT_EQ(parts.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(regions.num_regions(), 0);
 }
 

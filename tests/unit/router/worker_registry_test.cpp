@@ -136,6 +136,29 @@ TEST_F(WorkerRegistryTest, FirstDecodeLayoutIsTheReferenceAndAMismatchedPrefillI
   EXPECT_EQ(p->identity().transports(0), "tcp");
 }
 
+// The worker compares sequence manifests itself (a state slot or KV layers that differ while
+// the KV layout agrees); the router shows its typed answer as it is and marks it not serving,
+// and a later change of a worker's manifest (a restart) is handshaken again.
+TEST_F(WorkerRegistryTest, AManifestMismatchTheWorkerReportsIsRefusedAsItSaysIt) {
+  BringUpDecode(0);
+  v1::HandshakeResponse r = Handshake("prefill", Layout(), "fp8");
+  r.set_kv_layout_compatible(false);
+  r.set_reason(v1::FAILURE_REASON_MANIFEST_MISMATCH);
+  r.set_mismatch("sequence manifests differ (a vs b): target state slot: only this worker has it");
+  registry_.ApplyHandshake(WorkerRole::kPrefill, 0, r, registry_.reference_layout());
+  registry_.ApplyHealth(WorkerRole::kPrefill, 0, Serving(0, 0));
+  BringUpPrefill(1, Layout());
+  std::vector<WorkerStatus> s = registry_.Snapshot();
+  EXPECT_FALSE(s[0].live());
+  EXPECT_EQ(s[0].detail, r.mismatch());  // not wrapped as a KV layout difference
+  EXPECT_TRUE(s[1].live());
+
+  v1::WorkerIdentity restarted = s[1].identity;
+  restarted.mutable_manifest()->set_hash("0123456789abcdef");
+  registry_.ApplyHealth(WorkerRole::kPrefill, 1, Serving(0, 0, &restarted));
+  EXPECT_FALSE(registry_.Snapshot()[1].live());  // handshaking again
+}
+
 TEST_F(WorkerRegistryTest, AWorkerConfiguredInTheWrongRoleIsRefused) {
   registry_.ApplyHandshake(WorkerRole::kDecode, 0, Handshake("prefill", Layout(), "fp8"),
                            std::nullopt);

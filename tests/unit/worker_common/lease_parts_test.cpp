@@ -153,19 +153,24 @@ TEST(LeasePartsTest, CommitsSayPerRoleAndKindWhatWasWritten) {
   EXPECT_FALSE(PartWritten(old, v1::STATE_PART_ROLE_TARGET, v1::STATE_PART_KIND_STATE_SLOT));
 }
 
-TEST(StateSlotLayoutTest, DeclaredFromTheSlotAndTheConfigsLinearLayers) {
-  ModelConfig c;
-  c.architecture = "Qwen3_5ForCausalLM";
-  c.num_layers = 8;
-  c.linear_layers = {true, true, true, false, true, true, true, false};
-  auto l = StateSlotLayoutFor(c, 6 * 100);
+TEST(StateSlotLayoutTest, DeclaredFromTheProgramsRecurrentLayers) {
+  SequenceStateSpec state;  // as ModelProgram::state() declares a 3:1 hybrid of 8 layers
+  state.recurrent_layer_ids = {0, 1, 2, 4, 5, 6};
+  state.recurrent_layer_floats.assign(6, 100);
+  state.recurrent_layers = 6;
+  state.slot_floats = 600;
+  auto l = StateSlotLayoutFor("Qwen3_5ForCausalLM", state);
   ASSERT_TRUE(l.ok()) << l.status();
   ASSERT_TRUE(l->has_value());
   EXPECT_THAT((*l)->layers(), ::testing::ElementsAre(0, 1, 2, 4, 5, 6));
   EXPECT_EQ((*l)->layer_bytes(), 400u);
   EXPECT_EQ((*l)->dtype(), "f32");
-  EXPECT_FALSE(StateSlotLayoutFor(c, 0)->has_value());  // pure attention: no part
-  EXPECT_EQ(StateSlotLayoutFor(c, 601).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(StateSlotLayoutFor("LlamaForCausalLM", SequenceStateSpec{})->has_value());
+  state.recurrent_layer_floats[3] = 101;  // layer 4 keeps another size: not describable
+  state.slot_floats = 601;
+  const auto uneven = StateSlotLayoutFor("Qwen3_5ForCausalLM", state);
+  EXPECT_EQ(uneven.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(uneven.status().message(), HasSubstr("layers 0 and 4"));
 }
 
 }  // namespace
