@@ -81,7 +81,7 @@ TEST(Q8DecodeModel, PrefillStaysExactAndDecodeStepsAreBatchInvariant) {
                  << "sequence " << i << ", " << prompts[i].size() << " tokens");
     EXPECT_EQ(exact[i].prefill, q8[i].prefill) << "prefill passes stay on the fp32 path";
     EXPECT_NE(exact[i].step, q8[i].step) << "decode steps take the q8 dots";
-    // Measured max |dlogit| 0.2-0.4 on SmolLM2 (logits of magnitude ~25): 8-bit activations
+    // Measured max |dlogit| 0.39-0.78 on SmolLM2 (logits of magnitude ~25): 8-bit activations
     // through 30 layers; a broken kernel is off by whole logits.
     const float d = MaxAbsDiff(exact[i].step, q8[i].step);
     std::cout << "[seq " << i << "] decode step max |dlogit| q8 vs exact = " << d << "\n";
