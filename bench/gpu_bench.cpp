@@ -48,6 +48,7 @@ struct Format {
   ComputeMode mode = ComputeMode::kWeightOnly;
   std::string lm_head = "bf16";  // "+lm_int4" after a decode format: the lm_head quantized
   bool persistent = false;       // "+persistent" at the end: KernelOptions::persistent_decode
+  int persistent_ctas = 1;       // "+persistent2": KernelOptions::persistent_ctas_per_sm = 2
   std::string label;             // the name as given ("int2+lm_int4"); empty: `name`
   const std::string& shown() const { return label.empty() ? name : label; }
 };
@@ -253,11 +254,12 @@ absl::StatusOr<Format> ParseBaseFormat(const std::string& name, bool prefill);
 // A format name, for decode optionally followed by "+lm_" and an lm_head format
 // ("int2+lm_int4": int2 layers, the lm_head quantized to int4 at load).
 absl::StatusOr<Format> ParseFormat(const std::string& name, bool prefill) {
-  constexpr std::string_view kPersistent = "+persistent";
-  if (!prefill && name.size() > kPersistent.size() && name.ends_with(kPersistent)) {
+  for (const std::string_view suffix : {"+persistent", "+persistent2"}) {
+    if (prefill || name.size() <= suffix.size() || !name.ends_with(suffix)) continue;
     DQ_ASSIGN_OR_RETURN(Format f,
-                        ParseFormat(name.substr(0, name.size() - kPersistent.size()), prefill));
+                        ParseFormat(name.substr(0, name.size() - suffix.size()), prefill));
     f.persistent = true;
+    f.persistent_ctas = suffix.ends_with('2') ? 2 : 1;
     f.label = name;
     return f;
   }
@@ -306,6 +308,7 @@ absl::StatusOr<nlohmann::json> RunFormat(const ModelConfig& c, const Format& f, 
   co.max_batch_tokens = prefill ? o.prefill_lengths.back() : o.context * o.batches.back();
   co.fp8_attention = prefill && o.fp8_attention;
   co.kernels.persistent_decode = f.persistent;
+  co.kernels.persistent_ctas_per_sm = f.persistent_ctas;
   DQ_ASSIGN_OR_RETURN(BackendModels m, cuda::CudaBackendFactory(co)(cpu, cpu, kv));
   auto& model = static_cast<cuda::CudaDecoderModel&>(*m.decode);
   const bool traced = f.persistent && o.persistent_trace;
@@ -378,7 +381,8 @@ int Main(int argc, char** argv) {
   // expected(0, -1): a flag with no values turns that phase off (e.g. --prefill-formats).
   app.add_option("--decode-formats", o.decode_formats,
                  "formats for the decode runs (FORMAT+lm_F: the lm_head quantized to F, e.g. "
-                 "int2+lm_int4; FORMAT+persistent: one persistent kernel per decode step)")
+                 "int2+lm_int4; FORMAT+persistent: one persistent kernel per decode step, "
+                 "+persistent2: two CTAs of it per SM)")
       ->expected(0, -1);
   app.add_option("--prefill-formats", o.prefill_formats, "formats for the prefill runs")
       ->expected(0, -1);

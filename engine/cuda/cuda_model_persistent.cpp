@@ -38,7 +38,8 @@ struct PersistentDecodeState {
   std::vector<int> block_base;       // per layer: its first block's index
   ModelProgram shape;                // the program's block kinds (what PlanDecodeStep reads)
   PdLinear lm_head;
-  int workers = 0;
+  int workers = 0;                      // CTAs of a step: ctas_per_sm on every SM
+  int ctas_per_sm = 1;                  // KernelOptions::persistent_ctas_per_sm
   std::map<int, PersistentStep> steps;  // by batch size
   std::set<int> too_large;              // batch sizes left to kernel per op (shared memory)
 };
@@ -131,7 +132,8 @@ DeviceBuffer ToDevice(const std::vector<T>& v) {
 std::shared_ptr<PersistentDecodeState> MakeState(const std::vector<CudaDecoderModel::Layer>& layers,
                                                  const DeviceKvCache& kv,
                                                  const DeviceLinear& lm_head, const ModelConfig& c,
-                                                 const IntTileOptions& o) {
+                                                 const KernelOptions& k) {
+  const IntTileOptions& o = k.int_tile;
   auto state = std::make_shared<PersistentDecodeState>();
   PersistentDecodeState& s = *state;
   std::vector<PdBlock> blocks;
@@ -151,7 +153,8 @@ std::shared_ptr<PersistentDecodeState> MakeState(const std::vector<CudaDecoderMo
   if (s.supported.ok()) {
     s.host_blocks = blocks;
     s.blocks = ToDevice(blocks);
-    s.workers = SmCount();
+    s.ctas_per_sm = k.persistent_ctas_per_sm;
+    s.workers = SmCount() * s.ctas_per_sm;
   } else {
     spdlog::info("cuda model: decode runs kernel per op ({})", std::string(s.supported.message()));
   }
@@ -245,7 +248,7 @@ bool CudaDecoderModel::PreparePersistentDecode(const Plan& plan, const TapTarget
   }
   const ModelConfig& c = config_;
   if (persistent_ == nullptr) {
-    persistent_ = MakeState(layers_, *kv_, lm_head_, c, options_.kernels.int_tile);
+    persistent_ = MakeState(layers_, *kv_, lm_head_, c, options_.kernels);
   }
   PersistentDecodeState& s = *persistent_;
   if (!s.supported.ok()) return false;
@@ -289,8 +292,8 @@ bool CudaDecoderModel::PreparePersistentDecode(const Plan& plan, const TapTarget
   probe.num_heads = c.num_heads;
   probe.head_dim = c.head_dim;
   probe.max_jobs = st.max_jobs;
-  if (ws > buf_->decode_ws.bytes() ||
-      PersistentDecodeSmemBytes(probe) > PersistentDecodeSmemLimit()) {
+  const size_t limit = PersistentDecodeSmemLimit(s.ctas_per_sm);
+  if (ws > buf_->decode_ws.bytes() || PersistentDecodeSmemBytes(probe) > limit) {
     spdlog::info(
         "cuda model: decode steps of {} sequences run kernel per op (persistent decode "
         "needs {} bytes of shared memory per CTA)",
@@ -301,10 +304,14 @@ bool CudaDecoderModel::PreparePersistentDecode(const Plan& plan, const TapTarget
   // The deepest weight ring that fits beside the rows and partial sums.
   probe.num_kv_heads = c.num_kv_heads;
   probe.attn_groups = 2;
-  if (PersistentDecodeSmemBytes(probe) > PersistentDecodeSmemLimit()) probe.attn_groups = 1;
+  if (PersistentDecodeSmemBytes(probe) > limit) probe.attn_groups = 1;
+  // Two CTAs a SM run the smallest ring only (LaunchPersistentDecode).
   for (int ring : kPdRingBytes) {
     probe.ring_bytes = st.ring_bytes = ring;
-    if (PersistentDecodeSmemBytes(probe) <= PersistentDecodeSmemLimit()) break;
+    if (PersistentDecodeSmemBytes(probe) <= limit &&
+        (s.ctas_per_sm == 1 || ring == kPdRingBytes[2])) {
+      break;
+    }
   }
   spdlog::info(
       "cuda model: decode steps of {} sequences run persistent: {} tasks in {} stages on {} "
@@ -361,9 +368,10 @@ void CudaDecoderModel::EnqueuePersistentStep(const Plan& plan) const {
   p.ws = b.decode_ws.get<float>();
   p.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   p.max_jobs = st.max_jobs;
-  p.attn_groups = 2;
-  if (PersistentDecodeSmemBytes(p) > PersistentDecodeSmemLimit()) p.attn_groups = 1;
   p.ring_bytes = st.ring_bytes;
+  p.ctas_per_sm = s.ctas_per_sm;
+  p.attn_groups = 2;
+  if (PersistentDecodeSmemBytes(p) > PersistentDecodeSmemLimit(s.ctas_per_sm)) p.attn_groups = 1;
   p.trace = st.trace.bytes() > 0 ? st.trace.get<unsigned long long>() : nullptr;
   LaunchPersistentDecode(p, s.workers, stream_);
 }

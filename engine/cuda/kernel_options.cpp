@@ -10,7 +10,8 @@ namespace {
 
 constexpr int kMaxCtasPerSm = 8;  // 8-warp CTAs: 2048 threads per SM
 constexpr const char* kKeys =
-    "prefill_attention, nvfp4_gemm, int_tile_ctas_per_sm, int_tile_cluster, persistent_decode";
+    "prefill_attention, nvfp4_gemm, int_tile_ctas_per_sm, int_tile_cluster, persistent_decode, "
+    "persistent_ctas_per_sm";
 
 absl::Status BadValue(std::string_view key, std::string_view value, const std::string& allowed) {
   return absl::InvalidArgumentError(absl::StrCat("kernel option ", std::string(key), "=",
@@ -76,6 +77,10 @@ absl::Status ValidateKernelOptions(const KernelOptions& o) {
     return BadValue("int_tile_ctas_per_sm", absl::StrCat(o.int_tile.ctas_per_sm),
                     absl::StrCat("1 to ", kMaxCtasPerSm, " (default 2)"));
   }
+  if (o.persistent_ctas_per_sm < 1 || o.persistent_ctas_per_sm > 2) {
+    return BadValue("persistent_ctas_per_sm", absl::StrCat(o.persistent_ctas_per_sm),
+                    "1 (default) or 2");
+  }
   return absl::OkStatus();
 }
 
@@ -129,6 +134,10 @@ absl::StatusOr<KernelOptions> ParseKernelOptions(std::string_view spec) {
       } else {
         return BadValue(key, value, "off (default) or on");
       }
+    } else if (key == "persistent_ctas_per_sm") {
+      if (!absl::SimpleAtoi(std::string(value), &o.persistent_ctas_per_sm)) {
+        return BadValue(key, value, "1 (default) or 2");
+      }
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("kernel options '", std::string(spec), "': unknown key '", std::string(key),
@@ -144,7 +153,8 @@ std::string KernelOptionsToString(const KernelOptions& o) {
                       ",nvfp4_gemm=", Nvfp4GemmName(o.nvfp4_gemm),
                       ",int_tile_ctas_per_sm=", o.int_tile.ctas_per_sm,
                       ",int_tile_cluster=", o.int_tile.cluster ? "on" : "off",
-                      ",persistent_decode=", o.persistent_decode ? "on" : "off");
+                      ",persistent_decode=", o.persistent_decode ? "on" : "off",
+                      ",persistent_ctas_per_sm=", o.persistent_ctas_per_sm);
 }
 
 }  // namespace dq::cuda

@@ -14,6 +14,7 @@
 //   int_tile_ctas_per_sm  1..8 (default 2)
 //   int_tile_cluster      on (default) | off
 //   persistent_decode     off (default) | on
+//   persistent_ctas_per_sm  1 (default) | 2
 #pragma once
 
 #include <string>
@@ -60,6 +61,11 @@ struct KernelOptions {
   // up to kPdMaxRows sequences, no taps or verification rows), else kernel per op. Off until it
   // covers the formats and wins its measurements (bench/results/gpu_persistent_decode_h200.json).
   bool persistent_decode = false;
+  // CTAs of the persistent kernel per SM: 1 (8 warps, up to 252 registers a thread, the deepest
+  // weight rings) or 2 (16 warps a SM streaming, 128 registers a thread, 6 KiB rings). The
+  // kernel-per-op GEMVs stream from 32 warps a SM; bench/gpu_stream_probe.cu measures what the
+  // warp count is worth. Never compared in a recorded run yet.
+  int persistent_ctas_per_sm = 1;
 };
 
 // OK, or InvalidArgument naming the bad field, its value and what it may be.

@@ -112,6 +112,7 @@ __device__ void IntTileGemv(const PersistentDecodeParams& p, const PdTask& t, co
   s.tile1 = j.parts == 2 ? (p.inter + t.begin) / 16 : 0;
   s.nchunks = static_cast<int>(w.in / TileFmt<kBits>::kChunkK);
   s.kw = w.kw;
+  s.kw_shift = __ffs(w.kw) - 1;  // kw is a power of two (PdIntTileSplit)
   s.njobs = s.n * s.parts * s.kw;
   s.cluster_tree = w.cluster_tree != 0;
   const int64_t tile_bytes = int64_t{s.nchunks} * 512;
@@ -233,8 +234,9 @@ __device__ void RunTask(const PersistentDecodeParams& p, const PdTask& t, unsign
   SignalTask(p, t);
 }
 
-template <int kRing>
-__global__ void __launch_bounds__(kPdThreads, 1) PersistentDecodeKernel(PersistentDecodeParams p) {
+template <int kRing, int kCtasPerSm>
+__global__ void __launch_bounds__(kPdThreads, kCtasPerSm)
+    PersistentDecodeKernel(PersistentDecodeParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ float scratch[32];
   const int w = blockIdx.x;
@@ -275,11 +277,15 @@ size_t PersistentDecodeSmemBytes(const PersistentDecodeParams& p) {
   return static_cast<size_t>(gemv > attn ? gemv : attn);
 }
 
-size_t PersistentDecodeSmemLimit() {
-  int dev = 0, v = 0;
+size_t PersistentDecodeSmemLimit(int ctas_per_sm) {
+  int dev = 0, block = 0, sm = 0, reserved = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  return static_cast<size_t>(v) - 1024;  // the kernel's static scratch
+  CUDA_CHECK(cudaDeviceGetAttribute(&block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+  const int per_cta = sm / ctas_per_sm - reserved;
+  // Less the kernel's static scratch.
+  return static_cast<size_t>(per_cta < block ? per_cta : block) - 1024;
 }
 
 void PdIntTileSplit(int bits, int64_t out, int64_t in, int ctas_per_sm, bool cluster, int* kw,
@@ -297,12 +303,12 @@ void PdIntTileSplit(int bits, int64_t out, int64_t in, int ctas_per_sm, bool clu
 
 bool PdIntTileLayout(int bits, int group, int64_t in) { return wo::IntTileLayout(bits, group, in); }
 
-template <int kRing>
+template <int kRing, int kCtasPerSm>
 void LaunchWithRing(const PersistentDecodeParams& p, int workers, size_t smem,
                     cudaStream_t stream) {
+  const auto kernel = pd::PersistentDecodeKernel<kRing, kCtasPerSm>;
   // A host-side attribute, safe during graph capture.
-  CUDA_CHECK(cudaFuncSetAttribute(pd::PersistentDecodeKernel<kRing>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(smem)));
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(workers));
@@ -314,22 +320,39 @@ void LaunchWithRing(const PersistentDecodeParams& p, int workers, size_t smem,
   attr[0].val.cooperative = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, pd::PersistentDecodeKernel<kRing>, p));
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+}
+
+template <int kCtasPerSm>
+void LaunchWithCtas(const PersistentDecodeParams& p, int workers, size_t smem,
+                    cudaStream_t stream) {
+  const int ring = p.ring_bytes;
+  if constexpr (kCtasPerSm == 2) {
+    // Two CTAs a SM leave room for the smallest ring only (PreparePersistentDecode).
+    if (ring == kPdRingBytes[2])
+      return LaunchWithRing<kPdRingBytes[2], 2>(p, workers, smem, stream);
+  } else {
+    if (ring == kPdRingBytes[0])
+      return LaunchWithRing<kPdRingBytes[0], 1>(p, workers, smem, stream);
+    if (ring == kPdRingBytes[1])
+      return LaunchWithRing<kPdRingBytes[1], 1>(p, workers, smem, stream);
+    if (ring == kPdRingBytes[2])
+      return LaunchWithRing<kPdRingBytes[2], 1>(p, workers, smem, stream);
+  }
+  // An invariant: the host picks ring_bytes from kPdRingBytes, the smallest for two CTAs.
+  std::fprintf(stderr, "persistent decode: no kernel for a ring of %d bytes at %d CTAs per SM\n",
+               ring, kCtasPerSm);
+  std::abort();
 }
 
 void LaunchPersistentDecode(const PersistentDecodeParams& p, int workers, cudaStream_t stream) {
   const size_t smem = PersistentDecodeSmemBytes(p);
-  switch (p.ring_bytes) {
-    case kPdRingBytes[0]:
-      return LaunchWithRing<kPdRingBytes[0]>(p, workers, smem, stream);
-    case kPdRingBytes[1]:
-      return LaunchWithRing<kPdRingBytes[1]>(p, workers, smem, stream);
-    case kPdRingBytes[2]:
-      return LaunchWithRing<kPdRingBytes[2]>(p, workers, smem, stream);
-    default:  // an invariant: the host picks ring_bytes from kPdRingBytes
-      std::fprintf(stderr, "persistent decode: no kernel for a ring of %d bytes\n", p.ring_bytes);
-      std::abort();
+  if (p.ctas_per_sm == 2) return LaunchWithCtas<2>(p, workers, smem, stream);
+  if (p.ctas_per_sm != 1) {  // an invariant: ValidateKernelOptions allows 1 or 2
+    std::fprintf(stderr, "persistent decode: %d CTAs per SM\n", p.ctas_per_sm);
+    std::abort();
   }
+  LaunchWithCtas<1>(p, workers, smem, stream);
 }
 
 }  // namespace dq::cuda

@@ -111,6 +111,9 @@ struct PersistentDecodeParams {
   // Bytes of each warp's cp.async ring of weight chunks, one of kPdRingBytes: the weight bytes a
   // CTA keeps in flight, which bound its stream (a GEMV task's rate is about ring / latency).
   int ring_bytes = kPdRingBytes[2];
+  // CTAs resident per SM (KernelOptions::persistent_ctas_per_sm): 2 caps registers at 128 a
+  // thread and halves the shared memory a CTA may take.
+  int ctas_per_sm = 1;
   // Set: each task's start, ready (its wait passed) and end (signalled) as the global timer's
   // nanoseconds, 3 words per task in `tasks` order (CudaDecoderModel::TracePersistentDecode).
   unsigned long long* trace = nullptr;
@@ -121,8 +124,8 @@ inline constexpr int kPdThreads = 256;
 
 // Dynamic shared memory the kernel needs for `p` (rows, widths, attention groups, max_jobs).
 size_t PersistentDecodeSmemBytes(const PersistentDecodeParams& p);
-// Bytes of dynamic shared memory a CTA may have on this device.
-size_t PersistentDecodeSmemLimit();
+// Bytes of dynamic shared memory a CTA may have on this device with `ctas_per_sm` CTAs per SM.
+size_t PersistentDecodeSmemLimit(int ctas_per_sm);
 
 // Warps per tile and reduction tree of the reference int tile GEMV (gemv_int_tile.cu RunIntTile)
 // for a matrix [out, in] of `bits`, so a task sums in its order.
@@ -133,8 +136,8 @@ void PdIntTileSplit(int bits, int64_t out, int64_t in, int ctas_per_sm, bool clu
 // layout (weight_only_kernels.cuh IntTileLayout) the kernel reads.
 bool PdIntTileLayout(int bits, int group, int64_t in);
 
-// Enqueues one step: `workers` CTAs (the schedule's), cooperative (all resident, which the
-// spinning waits need). Capture-safe: no host synchronisation.
+// Enqueues one step: `workers` CTAs (the schedule's; p.ctas_per_sm per SM), cooperative (all
+// resident, which the spinning waits need). Capture-safe: no host synchronisation.
 void LaunchPersistentDecode(const PersistentDecodeParams& p, int workers, cudaStream_t stream);
 
 }  // namespace dq::cuda

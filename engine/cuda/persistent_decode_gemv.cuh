@@ -62,10 +62,10 @@ struct TileTask {
   const uint8_t* codes;
   const uint32_t* scales;
   int64_t in, ngroups, tile0, tile1;
-  int n, parts, nchunks, kw, njobs, group_shift;
+  int n, parts, nchunks, kw, kw_shift, njobs, group_shift;  // kw = 1 << kw_shift
   bool cluster_tree;
   __device__ int64_t Tile(int job) const {
-    const int j = job / kw;
+    const int j = job >> kw_shift;
     return j < n ? tile0 + j : tile1 + (j - n);
   }
 };
@@ -76,7 +76,7 @@ struct TileCursor {
     c += s.kw;
     if (c >= s.nchunks) {
       job += kWarps;
-      c = job % s.kw;
+      c = job & (s.kw - 1);
     }
   }
 };
@@ -118,11 +118,14 @@ __device__ __forceinline__ uint32_t CodePairMasked(uint32_t w, int shift, uint32
   return *reinterpret_cast<const uint32_t*>(&d);
 }
 
-// The reference's ChunkMma (gemv_int_tile.cu) with x from shared memory: the same mmas, the
-// same per-subchunk scaling, in the same order.
+// The reference's ChunkMma (gemv_int_tile.cu) with x from shared memory, in two halves: the
+// chunk's raw sums per subchunk (ChunkSums: the same mmas in the same order), then their scaling
+// into the accumulator (ApplyScales: the same fmas in subchunk order). Split so that a warp can
+// run the mma chains of two chunks side by side and still accumulate them in order.
 template <int kBits>
-__device__ __forceinline__ void ChunkMma(const uint4 q, const uint2 (&sz)[TileFmt<kBits>::kSub],
-                                         const __nv_bfloat16* xp, float acc[4]) {
+__device__ __forceinline__ void ChunkSums(const uint4 q, const uint2 (&sz)[TileFmt<kBits>::kSub],
+                                          const __nv_bfloat16* xp,
+                                          float (&out)[TileFmt<kBits>::kSub][4]) {
   using F = TileFmt<kBits>;
   const uint32_t words[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
@@ -161,12 +164,21 @@ __device__ __forceinline__ void ChunkMma(const uint4 q, const uint2 (&sz)[TileFm
 #pragma unroll
       for (int e = 0; e < 4; ++e) sum[e] = fmaf(0.25f, sum4[e], sum[e]);
     }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) out[s][e] = sum[e];
+  }
+}
+template <int kBits>
+__device__ __forceinline__ void ApplyScales(const float (&sums)[TileFmt<kBits>::kSub][4],
+                                            const uint2 (&sz)[TileFmt<kBits>::kSub], float acc[4]) {
+#pragma unroll
+  for (int s = 0; s < TileFmt<kBits>::kSub; ++s) {
     const float s0 = wo::F16BitsToFloat(static_cast<uint16_t>(sz[s].x & 0xFFFFu));
     const float s1 = wo::F16BitsToFloat(static_cast<uint16_t>(sz[s].y & 0xFFFFu));
-    acc[0] = fmaf(s0, sum[0], acc[0]);
-    acc[1] = fmaf(s0, sum[1], acc[1]);
-    acc[2] = fmaf(s1, sum[2], acc[2]);
-    acc[3] = fmaf(s1, sum[3], acc[3]);
+    acc[0] = fmaf(s0, sums[s][0], acc[0]);
+    acc[1] = fmaf(s0, sums[s][1], acc[1]);
+    acc[2] = fmaf(s1, sums[s][2], acc[2]);
+    acc[3] = fmaf(s1, sums[s][3], acc[3]);
   }
 }
 
@@ -174,7 +186,7 @@ __device__ __forceinline__ void ChunkMma(const uint4 q, const uint2 (&sz)[TileFm
 template <int kBits, int kRing>
 __device__ __forceinline__ TileCursor PrimeTile(const TileTask& s, unsigned char* ring) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  TileCursor it{warp, warp % s.kw};
+  TileCursor it{warp, warp & (s.kw - 1)};
   const uint32_t base = SmemAddr32(ring);
 #pragma unroll
   for (int st = 0; st < kTileStages<kBits, kRing>; ++st) {
@@ -183,37 +195,64 @@ __device__ __forceinline__ TileCursor PrimeTile(const TileTask& s, unsigned char
   return it;
 }
 
-// Streams this warp's jobs; each job's sums land in red[job] (32 lanes x 4 floats).
+// A stage's chunk as this lane holds it: codes and per-subchunk scale words.
+template <int kBits>
+struct LaneChunk {
+  uint4 q;
+  uint2 sz[TileFmt<kBits>::kSub];
+  __device__ __forceinline__ void Load(const unsigned char* stage, int lane) {
+    q = *reinterpret_cast<const uint4*>(stage + lane * 16);
+#pragma unroll
+    for (int sub = 0; sub < TileFmt<kBits>::kSub; ++sub) {
+      sz[sub] = *reinterpret_cast<const uint2*>(stage + 512 + sub * 256 + lane * 8);
+    }
+  }
+};
+
+__device__ __forceinline__ void FlushJob(float* red, int job, int lane, float acc[4]) {
+  *reinterpret_cast<float4*>(red + (job * 32 + lane) * 4) =
+      make_float4(acc[0], acc[1], acc[2], acc[3]);
+  acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
+}
+
+// Streams this warp's jobs, two chunks a round (their mma chains independent, their sums added
+// in chunk order, so the bits are the one-chunk loop's); each job's sums land in red[job]
+// (32 lanes x 4 floats).
 template <int kBits, int kRing>
 __device__ void RunTileJobs(const TileTask& s, TileCursor issue, unsigned char* ring,
                             const __nv_bfloat16* xs, int m, float* red) {
   using F = TileFmt<kBits>;
   constexpr int kStages = kTileStages<kBits, kRing>;
+  static_assert(kStages >= 2, "two chunks a round need two stages");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const uint32_t base = SmemAddr32(ring);
   const __nv_bfloat16* xrow = xs + int64_t{g < m ? g : 0} * s.in + 16 * t;
-  TileCursor cur{warp, warp % s.kw};
+  TileCursor cur{warp, warp & (s.kw - 1)};
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   int st = 0;
   while (cur.job < s.njobs) {
-    CpAsyncWaitGroup<kStages - 1>();
+    CpAsyncWaitGroup<kStages - 2>();
+    const int st1 = st + 1 == kStages ? 0 : st + 1;
     // Only this lane's own cp.async wrote these bytes: no warp barrier before the refill.
-    const unsigned char* stage = ring + st * F::kStageBytes;
-    const uint4 q = *reinterpret_cast<const uint4*>(stage + lane * 16);
-    uint2 sz[F::kSub];
-#pragma unroll
-    for (int sub = 0; sub < F::kSub; ++sub) {
-      sz[sub] = *reinterpret_cast<const uint2*>(stage + 512 + sub * 256 + lane * 8);
-    }
+    LaneChunk<kBits> a, b;
+    a.Load(ring + st * F::kStageBytes, lane);
+    b.Load(ring + st1 * F::kStageBytes, lane);
     IssueTile<kBits>(s, issue, base + st * F::kStageBytes, lane);
-    ChunkMma<kBits>(q, sz, xrow + int64_t{cur.c} * F::kChunkK, acc);
-    st = st + 1 == kStages ? 0 : st + 1;
-    const int job = cur.job;
+    IssueTile<kBits>(s, issue, base + st1 * F::kStageBytes, lane);
+    st = st1 + 1 == kStages ? 0 : st1 + 1;
+    const TileCursor ca = cur;
     cur.Next(s);
-    if (cur.job != job) {
-      float4* dst = reinterpret_cast<float4*>(red + (job * 32 + lane) * 4);
-      *dst = make_float4(acc[0], acc[1], acc[2], acc[3]);
-      acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
+    const TileCursor cb = cur;
+    const bool has_b = cb.job < s.njobs;
+    if (has_b) cur.Next(s);
+    float sa[F::kSub][4], sb[F::kSub][4];
+    ChunkSums<kBits>(a.q, a.sz, xrow + int64_t{ca.c} * F::kChunkK, sa);
+    ChunkSums<kBits>(b.q, b.sz, xrow + int64_t{cb.c} * F::kChunkK, sb);  // unused if !has_b
+    ApplyScales<kBits>(sa, a.sz, acc);
+    if (cb.job != ca.job) FlushJob(red, ca.job, lane, acc);
+    if (has_b) {
+      ApplyScales<kBits>(sb, b.sz, acc);
+      if (cur.job != cb.job) FlushJob(red, cb.job, lane, acc);
     }
   }
   CpAsyncWaitGroup<0>();

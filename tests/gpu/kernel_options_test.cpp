@@ -20,7 +20,7 @@ TEST(KernelOptions, DefaultsAreTheMeasuredWinners) {
   EXPECT_TRUE(ValidateKernelOptions(k).ok());
   EXPECT_EQ(KernelOptionsToString(k),
             "prefill_attention=wg64pp,nvfp4_gemm=auto,int_tile_ctas_per_sm=2,int_tile_cluster=on,"
-            "persistent_decode=off");
+            "persistent_decode=off,persistent_ctas_per_sm=1");
 }
 
 TEST(KernelOptions, ParsesEveryKey) {
@@ -39,6 +39,7 @@ TEST(KernelOptions, ParsesEveryKey) {
   EXPECT_EQ(KernelOptionsToString(ParseKernelOptions(text).value()), text);
   EXPECT_EQ(ParseKernelOptions("nvfp4_gemm=native").value().nvfp4_gemm, Nvfp4Gemm::kNative);
   EXPECT_TRUE(ParseKernelOptions("persistent_decode=on").value().persistent_decode);
+  EXPECT_EQ(ParseKernelOptions("persistent_ctas_per_sm=2").value().persistent_ctas_per_sm, 2);
   EXPECT_EQ(ParseKernelOptions("prefill_attention=wg64pp").value().prefill_attention,
             PrefillAttentionKernel::kWgmma64);
 }
@@ -58,6 +59,8 @@ TEST(KernelOptions, RejectsWithAMessageThatSaysWhatToDo) {
   expect_error("int_tile_ctas_per_sm=9", "1 to 8");
   expect_error("int_tile_ctas_per_sm=two", "an integer from 1 to 8");
   expect_error("int_tile_cluster=1", "on (default) or off");
+  expect_error("persistent_ctas_per_sm=3", "1 (default) or 2");
+  expect_error("persistent_ctas_per_sm=x", "1 (default) or 2");
   expect_error("decode_stages=4", "unknown key 'decode_stages'; the keys are prefill_attention");
   expect_error("prefill_attention", "is not key=value");
   expect_error("=wg64pp", "is not key=value");

@@ -112,10 +112,13 @@ struct Case {
   std::string format;
   bool batch_invariant;
   bool graphs;
+  int ctas_per_sm = 1;  // KernelOptions::persistent_ctas_per_sm
 };
-void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.format << (c.batch_invariant ? "_invariant" : "") << (c.graphs ? "" : "_eager");
+std::string CaseName(const Case& c) {
+  return c.format + (c.batch_invariant ? "_invariant" : "") + (c.graphs ? "" : "_eager") +
+         (c.ctas_per_sm > 1 ? "_2ctas" : "");
 }
+void PrintTo(const Case& c, std::ostream* os) { *os << CaseName(c); }
 
 struct Side {
   BackendModels m;
@@ -143,6 +146,7 @@ TEST_P(PersistentDecode, StepEqualsKernelPerOpStep) {
   co.batch_invariant = k.batch_invariant;
   cuda::CudaBackendOptions cp = co;
   cp.kernels.persistent_decode = true;
+  cp.kernels.persistent_ctas_per_sm = k.ctas_per_sm;
   auto rm = cuda::CudaBackendFactory(co)(cpu, cpu, kv);
   auto pm = cuda::CudaBackendFactory(cp)(cpu, cpu, kv);
   ASSERT_TRUE(rm.ok() && pm.ok()) << rm.status() << pm.status();
@@ -213,21 +217,18 @@ TEST_P(PersistentDecode, StepEqualsKernelPerOpStep) {
   EXPECT_EQ(Cuda(per).persistent_decode_batches(), (std::vector<int>{1, 3, 8}))
       << "the persistent path was not taken";
   EXPECT_TRUE(Cuda(ref).persistent_decode_batches().empty());
-  std::printf("[persistent %s%s%s] seed %llu: %lld logits bitwise equal, %lld within bound\n",
-              k.format.c_str(), k.batch_invariant ? " invariant" : "", k.graphs ? "" : " eager",
-              static_cast<unsigned long long>(seed), static_cast<long long>(bitwise),
-              static_cast<long long>(bounded));
+  std::printf("[persistent %s] seed %llu: %lld logits bitwise equal, %lld within bound\n",
+              CaseName(k).c_str(), static_cast<unsigned long long>(seed),
+              static_cast<long long>(bitwise), static_cast<long long>(bounded));
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, PersistentDecode,
                          ::testing::Values(Case{"bf16", false, true}, Case{"bf16", true, true},
                                            Case{"int4", false, true}, Case{"int4", false, false},
-                                           Case{"int2", false, true}),
-                         [](const auto& info) {
-                           const Case& c = info.param;
-                           return c.format + (c.batch_invariant ? "_invariant" : "") +
-                                  (c.graphs ? "" : "_eager");
-                         });
+                                           Case{"int2", false, true}, Case{"bf16", false, true, 2},
+                                           Case{"int4", false, true, 2},
+                                           Case{"int2", false, false, 2}),
+                         [](const auto& info) { return CaseName(info.param); });
 
 // Whole models through ModelRunner: a prompt, then decode steps at batch 1 and 3, persistent
 // against kernel per op, bitwise (bf16 decode at batch 3 within the bound above). SmolLM2's GGUF
