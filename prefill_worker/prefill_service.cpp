@@ -97,8 +97,7 @@ absl::Status PrefillService::CheckLease(const v1::KvLease& lease) const {
   DQ_RETURN_IF_ERROR(worker::CheckLeaseParts(lease));
   const v1::StatePart& target = *worker::FindPart(lease, v1::STATE_PART_ROLE_TARGET);
   // Against this worker's manifest part (its layout and KV layers), as at handshake.
-  const std::string mismatch =
-      worker::PartLayoutMismatch(target, identity().manifest().parts(0));
+  const std::string mismatch = worker::PartLayoutMismatch(target, identity().manifest().parts(0));
   if (!mismatch.empty()) {
     return absl::FailedPreconditionError(
         absl::StrCat("lease ", lease.lease_id(), " is for another KV layout: ", mismatch));
