@@ -47,34 +47,8 @@ ga=$(gen "$GEMMA3"); gb=$(gen "$GGUF")
   || fail "generate: safetensors '$ga', GGUF '$gb'"
 
 # Refusals, each a GGUF the fixture writer changes in one place.
-variant() {  # variant NAME PYTHON: a copy of the GGUF with the metadata edit PYTHON applied to w
-  "$py" - "$GGUF" "$TMP/$1.gguf" "$2" <<'PY'
-import sys
-import gguf
-src, dst, edit = sys.argv[1:4]
-r = gguf.GGUFReader(src)
-w = gguf.GGUFWriter(dst, arch="gemma3")
-skip = {"GGUF.version", "GGUF.tensor_count", "GGUF.kv_count", "general.architecture"}
-drop = edit[len("drop "):] if edit.startswith("drop ") else None
-for k, f in r.fields.items():
-    if k in skip or k == drop:
-        continue
-    t = f.types[0]
-    if t == gguf.GGUFValueType.ARRAY:
-        sub = f.types[-1]
-        vals = [bytes(f.parts[i]).decode() if sub == gguf.GGUFValueType.STRING
-                else f.parts[i].tolist()[0] for i in f.data]
-        w.add_key_value(k, vals, t, sub_type=sub)
-    elif t == gguf.GGUFValueType.STRING:
-        w.add_key_value(k, bytes(f.parts[f.data[0]]).decode(), t)
-    else:
-        w.add_key_value(k, f.parts[f.data[0]].tolist()[0], t)
-if drop is None:
-    exec(edit)
-for t in r.tensors:
-    w.add_tensor(t.name, t.data.reshape([int(x) for x in reversed(t.shape)]))
-w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
-PY
+variant() {  # variant NAME EDIT: a copy of the GGUF, edited (tests/e2e/gguf_variant.py)
+  "$py" "$SRC/tests/e2e/gguf_variant.py" "$GGUF" "$TMP/$1.gguf" gemma3 "$2"
 }
 ids1='[5,6,7]'
 variant softcap 'w.add_float32("gemma3.final_logit_softcapping", 30.0)' &&

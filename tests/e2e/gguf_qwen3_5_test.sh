@@ -84,35 +84,8 @@ PY
 done
 
 # Refusals, each a copy of the GGUF changed in one place by gguf-py.
-variant() {  # variant NAME PYTHON: PYTHON edits `w` (metadata) or `tensors` (name -> array)
-  "$py" - "$GGUF" "$TMP/$1.gguf" "$2" <<'PY'
-import sys
-import gguf
-src, dst, edit = sys.argv[1:4]
-r = gguf.GGUFReader(src)
-w = gguf.GGUFWriter(dst, arch="qwen35")
-skip = {"GGUF.version", "GGUF.tensor_count", "GGUF.kv_count", "general.architecture"}
-drop = edit[len("drop "):] if edit.startswith("drop ") else None
-for k, f in r.fields.items():
-    if k in skip or k == drop:
-        continue
-    t = f.types[0]
-    if t == gguf.GGUFValueType.ARRAY:
-        sub = f.types[-1]
-        vals = [bytes(f.parts[i]).decode() if sub == gguf.GGUFValueType.STRING
-                else f.parts[i].tolist()[0] for i in f.data]
-        w.add_key_value(k, vals, t, sub_type=sub)
-    elif t == gguf.GGUFValueType.STRING:
-        w.add_key_value(k, bytes(f.parts[f.data[0]]).decode(), t)
-    else:
-        w.add_key_value(k, f.parts[f.data[0]].tolist()[0], t)
-tensors = {t.name: t.data.reshape([int(x) for x in reversed(t.shape)]).copy() for t in r.tensors}
-if drop is None:
-    exec(edit)
-for name, v in tensors.items():
-    w.add_tensor(name, v)
-w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
-PY
+variant() {  # variant NAME EDIT: a copy of the GGUF, edited (tests/e2e/gguf_variant.py)
+  "$py" "$SRC/tests/e2e/gguf_variant.py" "$GGUF" "$TMP/$1.gguf" qwen35 "$2"
 }
 ids1='[5,6,7]'
 variant posa 'tensors["blk.1.ssm_a"][0] = 0.5' &&
