@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "dqserve/v1/worker.grpc.pb.h"
+#include "tests/unit/router/loopback_pipeline.h"
 #include "tests/unit/router/router_test_model.h"
 
 namespace dq::router {
@@ -88,21 +89,6 @@ class FakeDecode final : public v1::DecodeWorker::Service {
   }
 };
 
-v1::HandshakeResponse Handshake(const std::string& role) {
-  v1::HandshakeResponse r;
-  r.mutable_worker()->set_role(role);
-  v1::KvLayout* l = r.mutable_worker()->mutable_kv_layout();
-  l->set_architecture("Qwen3ForCausalLM");
-  l->set_num_layers(2);
-  l->set_num_kv_heads(2);
-  l->set_head_dim(64);
-  l->set_kv_dtype("bf16");
-  l->set_block_size(16);
-  r.mutable_worker()->add_transports("tcp");
-  r.set_kv_layout_compatible(true);
-  return r;
-}
-
 GenerationInput Prompt(std::vector<int32_t> ids, std::optional<uint64_t> seed) {
   GenerationInput in;
   in.prompt_ids = std::move(ids);
@@ -114,34 +100,7 @@ GenerationInput Prompt(std::vector<int32_t> ids, std::optional<uint64_t> seed) {
 class ChoiceFanoutTest : public ::testing::Test {
  protected:
   ChoiceFanoutTest()
-      : model_(TestModel()), scheduler_(SchedulerOptions{8, 64, milliseconds(5000)}) {
-    grpc::ServerBuilder b;
-    int port = 0;
-    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    b.RegisterService(&prefill_);
-    b.RegisterService(&decode_);
-    server_ = b.BuildAndStart();
-    const std::string address = "127.0.0.1:" + std::to_string(port);
-    WorkerRegistryOptions o;
-    o.prefill_addresses = {address};
-    o.decode_addresses = {address};
-    registry_ = std::make_unique<WorkerRegistry>(o);
-    for (WorkerRole role : {WorkerRole::kDecode, WorkerRole::kPrefill}) {
-      registry_->ApplyHandshake(role, 0,
-                                Handshake(role == WorkerRole::kDecode ? "decode" : "prefill"),
-                                registry_->reference_layout());
-      v1::WorkerHealthResponse h;
-      h.set_status(v1::SERVING_STATUS_SERVING);
-      registry_->ApplyHealth(role, 0, h);
-    }
-    pipeline_ = std::make_unique<RequestPipeline>(
-        PipelineOptions{milliseconds(10000), milliseconds(5000), milliseconds(1000)}, model_,
-        scheduler_, *registry_, metrics_);
-  }
-  ~ChoiceFanoutTest() override {
-    pipeline_.reset();
-    server_->Shutdown();
-  }
+      : model_(TestModel()), scheduler_(SchedulerOptions{8, 64, milliseconds(5000)}) {}
 
   // Runs the inputs; `tokens[i]` gets choice i's streamed tokens, `done` the finished indexes.
   FanoutOutcome Run(std::vector<GenerationInput> inputs, int concurrency) {
@@ -157,7 +116,7 @@ class ChoiceFanoutTest : public ::testing::Test {
       done.push_back(i);
       usage[i] = r.usage;
     };
-    return RunFanout(*pipeline_, std::move(inputs), concurrency, cb);
+    return RunFanout(workers_.pipeline(), std::move(inputs), concurrency, cb);
   }
 
   std::vector<std::vector<int32_t>> tokens;
@@ -168,9 +127,7 @@ class ChoiceFanoutTest : public ::testing::Test {
   RouterMetrics metrics_;
   FakePrefill prefill_;
   FakeDecode decode_;
-  std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<WorkerRegistry> registry_;
-  std::unique_ptr<RequestPipeline> pipeline_;
+  LoopbackPipeline workers_{&prefill_, &decode_, model_, scheduler_, metrics_};
 };
 
 TEST(FanoutInputsTest, ChoiceIndexSeedAndIds) {
@@ -238,7 +195,8 @@ TEST_F(ChoiceFanoutTest, AClientGoneAtStartStopsEverything) {
   FanoutCallbacks cb;
   std::atomic<int> started{0};
   cb.started = [&](size_t, ActiveRequest&) { return ++started < 2; };
-  FanoutOutcome out = RunFanout(*pipeline_, FanoutInputs({Prompt({1}, 1)}, 6, "cmpl-d"), 1, cb);
+  FanoutOutcome out =
+      RunFanout(workers_.pipeline(), FanoutInputs({Prompt({1}, 1)}, 6, "cmpl-d"), 1, cb);
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.error->http_status, 499);
   EXPECT_EQ(started.load(), 2);

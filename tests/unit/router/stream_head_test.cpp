@@ -17,6 +17,7 @@
 
 #include "dqserve/v1/worker.grpc.pb.h"
 #include "router/request_pipeline.h"
+#include "tests/unit/router/loopback_pipeline.h"
 #include "tests/unit/router/router_test_model.h"
 
 namespace dq::router {
@@ -89,52 +90,9 @@ class FakeDecode final : public v1::DecodeWorker::Service {
   }
 };
 
-v1::HandshakeResponse Handshake(const std::string& role) {
-  v1::HandshakeResponse r;
-  r.mutable_worker()->set_role(role);
-  v1::KvLayout* l = r.mutable_worker()->mutable_kv_layout();
-  l->set_architecture("Qwen3ForCausalLM");
-  l->set_num_layers(2);
-  l->set_num_kv_heads(2);
-  l->set_head_dim(64);
-  l->set_kv_dtype("bf16");
-  l->set_block_size(16);
-  r.mutable_worker()->add_transports("tcp");
-  r.set_kv_layout_compatible(true);
-  return r;
-}
-
 class StreamHeadTest : public ::testing::Test {
  protected:
-  StreamHeadTest() : model_(TestModel()), scheduler_(SchedulerOptions{4, 4, milliseconds(5000)}) {
-    grpc::ServerBuilder b;
-    int port = 0;
-    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    b.RegisterService(&prefill_);
-    b.RegisterService(&decode_);
-    server_ = b.BuildAndStart();
-    const std::string address = "127.0.0.1:" + std::to_string(port);
-    WorkerRegistryOptions o;
-    o.prefill_addresses = {address};
-    o.decode_addresses = {address};
-    registry_ = std::make_unique<WorkerRegistry>(o);
-    // Live without probes: the registry's state is set as its probe would set it.
-    for (WorkerRole role : {WorkerRole::kDecode, WorkerRole::kPrefill}) {
-      registry_->ApplyHandshake(role, 0,
-                                Handshake(role == WorkerRole::kDecode ? "decode" : "prefill"),
-                                registry_->reference_layout());
-      v1::WorkerHealthResponse h;
-      h.set_status(v1::SERVING_STATUS_SERVING);
-      registry_->ApplyHealth(role, 0, h);
-    }
-    pipeline_ = std::make_unique<RequestPipeline>(
-        PipelineOptions{milliseconds(10000), milliseconds(5000), milliseconds(1000)}, model_,
-        scheduler_, *registry_, metrics_);
-  }
-  ~StreamHeadTest() override {
-    pipeline_.reset();
-    server_->Shutdown();
-  }
+  StreamHeadTest() : model_(TestModel()), scheduler_(SchedulerOptions{4, 4, milliseconds(5000)}) {}
 
   static GenerationInput Input(std::vector<std::string> stop = {}) {
     GenerationInput in;
@@ -147,7 +105,7 @@ class StreamHeadTest : public ::testing::Test {
 
   // Runs one request through the fakes; `tokens` gets what the client was streamed.
   GenerationResult Run(std::vector<int32_t>* tokens, std::vector<std::string> stop = {}) {
-    StartResult s = pipeline_->Start(Input(std::move(stop)));
+    StartResult s = workers_.pipeline().Start(Input(std::move(stop)));
     EXPECT_TRUE(s.ok()) << s.error.message;
     if (!s.ok()) return {};
     return s.request->Run([&](const Delta& d) {
@@ -161,9 +119,7 @@ class StreamHeadTest : public ::testing::Test {
   RouterMetrics metrics_;
   FakePrefill prefill_;
   FakeDecode decode_;
-  std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<WorkerRegistry> registry_;
-  std::unique_ptr<RequestPipeline> pipeline_;
+  LoopbackPipeline workers_{&prefill_, &decode_, model_, scheduler_, metrics_};
 };
 
 TEST_F(StreamHeadTest, TheCommittedFirstTokenIsStreamedOnce) {
@@ -238,7 +194,7 @@ TEST_F(StreamHeadTest, TheDecodeWorkersOwnStatusIsWhatTheClientIsTold) {
     EXPECT_NE(r.error->message.find("KV for lease lease-1 is gone"), std::string::npos)
         << r.error->message;
   }
-  EXPECT_TRUE(registry_->Pick(WorkerRole::kDecode).ok());
+  EXPECT_TRUE(workers_.registry().Pick(WorkerRole::kDecode).ok());
 }
 
 // A decode stream the worker cancels is a 502; the worker is probed at once and stays in service
@@ -251,20 +207,20 @@ TEST_F(StreamHeadTest, ACancelledDecodeStreamMarksTheWorkerDownOnlyIfItsProbeFai
   ASSERT_TRUE(r.error.has_value());
   EXPECT_EQ(r.error->http_status, 502);
   EXPECT_EQ(r.error->code, "worker_cancelled");
-  EXPECT_TRUE(registry_->Pick(WorkerRole::kDecode).ok());
+  EXPECT_TRUE(workers_.registry().Pick(WorkerRole::kDecode).ok());
 
   decode_.healthy = false;
   r = Run(&tokens);
   ASSERT_TRUE(r.error.has_value());
   EXPECT_EQ(r.error->http_status, 502);
-  EXPECT_FALSE(registry_->Pick(WorkerRole::kDecode).ok());
+  EXPECT_FALSE(workers_.registry().Pick(WorkerRole::kDecode).ok());
 }
 
 // A worker that ends the call itself is the server's failure: 5xx server_error, which clients
 // retry, not the 499 invalid_request_error that blames the client.
 TEST_F(StreamHeadTest, APrefillWorkerThatCancelsIsAServerErrorAndTheLeaseIsReleased) {
   prefill_.fail = grpc::Status(grpc::StatusCode::CANCELLED, "shutting down");
-  const StartResult s = pipeline_->Start(Input());
+  const StartResult s = workers_.pipeline().Start(Input());
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error.http_status, 502);
   EXPECT_EQ(s.error.type, "server_error");
@@ -278,19 +234,19 @@ TEST_F(StreamHeadTest, ATypedKvTransferFailureDoesNotMarkThePrefillWorkerDown) {
   v1::WorkerFailure f;
   f.set_reason(v1::FAILURE_REASON_KV_TRANSFER);
   prefill_.fail = grpc::Status(grpc::StatusCode::UNAVAILABLE, "peer reset", f.SerializeAsString());
-  StartResult s = pipeline_->Start(Input());
+  StartResult s = workers_.pipeline().Start(Input());
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.error.message.find("the KV transfer from prefill worker"), std::string::npos)
       << s.error.message;
   EXPECT_EQ(metrics_.kv_transfer_failures.load(), 1u);
-  EXPECT_TRUE(registry_->Pick(WorkerRole::kPrefill).ok());
+  EXPECT_TRUE(workers_.registry().Pick(WorkerRole::kPrefill).ok());
 
   prefill_.fail = grpc::Status(grpc::StatusCode::UNAVAILABLE, "KV transfer lease region");
-  s = pipeline_->Start(Input());
+  s = workers_.pipeline().Start(Input());
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error.message.find("the KV transfer"), std::string::npos) << s.error.message;
   EXPECT_EQ(metrics_.kv_transfer_failures.load(), 1u);
-  EXPECT_FALSE(registry_->Pick(WorkerRole::kPrefill).ok());
+  EXPECT_FALSE(workers_.registry().Pick(WorkerRole::kPrefill).ok());
 }
 
 }  // namespace
