@@ -29,6 +29,7 @@ struct PersistentStep {
   bool rope_in_attention = false;
   int grid_splits = 1;
   int max_jobs = 0;
+  int attn_groups = 1;  // 4-warp attention groups that fit beside the ring (PersistentDecodeParams)
 };
 
 struct PersistentDecodeState {
@@ -305,6 +306,7 @@ bool CudaDecoderModel::PreparePersistentDecode(const Plan& plan, const TapTarget
   probe.num_kv_heads = c.num_kv_heads;
   probe.attn_groups = 2;
   if (PersistentDecodeSmemBytes(probe) > limit) probe.attn_groups = 1;
+  st.attn_groups = probe.attn_groups;
   // Two CTAs a SM run the smallest ring only (LaunchPersistentDecode).
   for (int ring : kPdRingBytes) {
     probe.ring_bytes = st.ring_bytes = ring;
@@ -370,8 +372,7 @@ void CudaDecoderModel::EnqueuePersistentStep(const Plan& plan) const {
   p.max_jobs = st.max_jobs;
   p.ring_bytes = st.ring_bytes;
   p.ctas_per_sm = s.ctas_per_sm;
-  p.attn_groups = 2;
-  if (PersistentDecodeSmemBytes(p) > PersistentDecodeSmemLimit(s.ctas_per_sm)) p.attn_groups = 1;
+  p.attn_groups = st.attn_groups;
   p.trace = st.trace.bytes() > 0 ? st.trace.get<unsigned long long>() : nullptr;
   LaunchPersistentDecode(p, s.workers, stream_);
 }
